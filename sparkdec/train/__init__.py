@@ -1,0 +1,1 @@
+"""Training-side tools: the text corpus, the tokenizer, and (later) target and drafter training loops."""
