@@ -1,0 +1,4 @@
+"""`python -m sparkdec` runs the CLI."""
+from sparkdec.cli import main
+
+main()

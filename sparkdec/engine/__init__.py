@@ -1,0 +1,1 @@
+"""The runtime: sequences, paged KV cache, scheduler, runner and the engine loop."""

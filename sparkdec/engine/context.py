@@ -1,0 +1,57 @@
+"""ForwardContext: everything a model forward needs to know about a packed, ragged batch of tokens."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(slots=True)
+class Segment:
+    """The rows of one sequence in a packed forward, grouped by how many keys they see."""
+
+    seq_index: int  # row of block_tables
+    row_groups: list[tuple[int, int, int]]  # (row start, row stop, kv_len); rows in a group share kv_len
+    max_kv_len: int
+
+
+@dataclass(slots=True)
+class ForwardContext:
+    positions: torch.Tensor  # [T] int64 absolute positions
+    slot_mapping: torch.Tensor  # [T] int64 KV slot each row writes
+    block_tables: torch.Tensor  # [S, max_pages] int64
+    page_size: int
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.positions.shape[0])
+
+
+def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
+                  device: torch.device | str) -> ForwardContext:
+    """rows: per sequence (block_table, positions, is_block). Causal rows see keys up to their own
+    position; a block (drafter) sees everything up to the end of the block."""
+    positions: list[int] = []
+    slots: list[int] = []
+    segments: list[Segment] = []
+    width = max(len(bt) for bt, _, _ in rows)
+    tables = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, (table, pos, is_block) in enumerate(rows):
+        tables[i, :len(table)] = torch.tensor(table, dtype=torch.long)
+        start = len(positions)
+        positions.extend(pos)
+        slots.extend(table[p // page_size] * page_size + p % page_size for p in pos)
+        if is_block:
+            end = max(pos) + 1
+            groups = [(start, start + len(pos), end)]
+        else:
+            groups = [(start + j, start + j + 1, p + 1) for j, p in enumerate(pos)]
+        segments.append(Segment(i, groups, max(g[2] for g in groups)))
+    return ForwardContext(
+        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+        block_tables=tables.to(device),
+        page_size=page_size,
+        segments=segments,
+    )

@@ -1,0 +1,146 @@
+"""Engine: loads models, admits requests, and steps the batch until every request finishes."""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from sparkdec.engine.kv_cache import BlockManager, KVCache
+from sparkdec.engine.runner import ModelRunner
+from sparkdec.engine.scheduler import Scheduler
+from sparkdec.engine.sequence import Sequence
+from sparkdec.errors import InvalidPromptError, PromptTooLongError, SparkdecError
+from sparkdec.sampling import SamplingParams
+from sparkdec.spec.round import RoundRunner
+from sparkdec.spec.schedule import VerifyPolicy
+
+DEFAULT_PAIR = Path(__file__).resolve().parents[2] / "models" / "sparkdec-tiny"
+ACCEPT_MODES = ("exact", "rejection")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None  # None: the shipped tiny pair
+    draft: str | None = None
+    device: str | None = None  # None: cuda when available, else cpu
+    dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
+    max_model_len: int | None = None
+    page_size: int = 16
+    kv_cache_tokens: int | None = None
+    max_num_seqs: int = 64
+    max_batched_tokens: int = 1024
+    verify_len: int | None = None
+    min_confidence: float | None = None
+    accept_mode: str = "exact"
+    speculative: bool = True
+
+
+def _resolve_paths(cfg: EngineConfig) -> tuple[str, str | None]:
+    if cfg.model is not None:
+        return cfg.model, cfg.draft
+    draft = cfg.draft or (str(DEFAULT_PAIR / "draft") if (DEFAULT_PAIR / "draft").is_dir() else None)
+    return str(DEFAULT_PAIR / "target"), draft
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig = EngineConfig()):
+        from sparkdec.models.draft_loader import load_draft
+        from sparkdec.models.loader import load_target
+        from sparkdec.tokenizer import Tokenizer
+
+        if cfg.accept_mode not in ACCEPT_MODES:
+            raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
+        self.config = cfg
+        model_path, draft_path = _resolve_paths(cfg)
+        self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.target, self.target_cfg = load_target(model_path, self.device, cfg.dtype)
+        self.drafter, self.draft_cfg = (None, None)
+        if draft_path is not None:
+            self.drafter, self.draft_cfg = load_draft(draft_path, self.target, self.target_cfg, self.device)
+        self.tokenizer = Tokenizer(model_path) if (Path(model_path).expanduser() / "tokenizer.json").is_file() else None
+        self.max_model_len = cfg.max_model_len or self.target_cfg.max_position_embeddings
+        gamma = self.draft_cfg.block_size if self.draft_cfg else 0
+        num_pages = self._num_pages(cfg)
+        self.blocks = BlockManager(num_pages, cfg.page_size)
+        self.runner = ModelRunner(self.target, self.target_cfg, self.drafter, self.draft_cfg, num_pages=num_pages,
+                                  page_size=cfg.page_size, max_positions=self.max_model_len + gamma + 1,
+                                  device=self.device)
+        self.scheduler = Scheduler(self.blocks, cfg.max_num_seqs, max(cfg.max_batched_tokens, (gamma + 1) * cfg.max_num_seqs),
+                                   headroom=gamma + 1)
+        decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
+        self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode)
+        self._ids = itertools.count()
+
+    def _num_pages(self, cfg: EngineConfig) -> int:
+        tokens = cfg.kv_cache_tokens
+        if tokens is None:
+            if self.device.type == "cuda":
+                tc = self.target_cfg
+                per_token = KVCache.bytes_per_token(tc.num_hidden_layers, tc.num_key_value_heads, tc.head_dim, torch.bfloat16)
+                if self.draft_cfg:
+                    lc = self.draft_cfg.layers
+                    per_token += KVCache.bytes_per_token(lc.num_hidden_layers, lc.num_key_value_heads, lc.head_dim, torch.bfloat16)
+                tokens = int(torch.cuda.mem_get_info(self.device)[0] * 0.5) // per_token
+            else:
+                tokens = 32768
+        return max(1, tokens // cfg.page_size)
+
+    @property
+    def block_size(self) -> int:
+        return self.draft_cfg.block_size if self.draft_cfg else 0
+
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidPromptError("this model has no tokenizer.json; pass the prompt as a list of token ids")
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise InvalidPromptError("the prompt is empty; give at least one token")
+        bad = [t for t in ids if not 0 <= t < self.target_cfg.vocab_size]
+        if bad:
+            raise InvalidPromptError(f"token ids {bad[:5]} are outside the vocabulary (0..{self.target_cfg.vocab_size - 1})")
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLongError(f"the prompt has {len(ids)} tokens but the context window is {self.max_model_len}; "
+                                     "shorten the prompt (it must leave room for at least one new token)")
+        return ids
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, trace: bool = False) -> Sequence:
+        params = params or SamplingParams()
+        params.validate()
+        ids = self.encode_prompt(prompt)
+        eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
+        seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
+                       seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
+                       rounds=[] if trace else None, arrival=time.perf_counter())
+        seq.spec.block_size = self.block_size
+        self.scheduler.add(seq)
+        return seq
+
+    def speculating(self, seq: Sequence) -> bool:
+        if self.drafter is None:
+            return False
+        return seq.params.speculative if seq.params.speculative is not None else self.config.speculative
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Sequence]:
+        """Run one round over the current batch; returns the sequences that changed."""
+        batch = self.scheduler.schedule(rows_per_decode=self.block_size + 1)
+        if batch.empty:
+            return []
+        touched = self.rounds.step(batch, self.speculating)
+        for seq in touched:
+            if seq.finish_reason is not None:
+                seq.finish_time = time.perf_counter()
+                self.scheduler.finish(seq)
+        return touched
+
+    def abort(self, request_id: str) -> Sequence | None:
+        return self.scheduler.abort(request_id)

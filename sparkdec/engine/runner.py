@@ -1,0 +1,56 @@
+"""ModelRunner: owns the models and their KV caches, packs rows into one forward, runs target and drafter."""
+from __future__ import annotations
+
+import torch
+
+from sparkdec.engine.context import ForwardContext, build_context
+from sparkdec.engine.kv_cache import KVCache
+
+
+class ModelRunner:
+    def __init__(self, target, target_cfg, drafter=None, draft_cfg=None, *, num_pages: int, page_size: int,
+                 max_positions: int, device):
+        self.target, self.target_cfg = target, target_cfg
+        self.drafter, self.draft_cfg = drafter, draft_cfg
+        self.device = torch.device(device)
+        self.page_size = page_size
+        dtype = target.lm_head.weight.dtype
+        tc = target_cfg
+        self.kv = KVCache(tc.num_hidden_layers, num_pages, page_size, tc.num_key_value_heads, tc.head_dim, dtype, device)
+        target.setup_rope(max_positions, device)
+        self.tap_layers: tuple[int, ...] = ()
+        self.draft_kv = None
+        if drafter is not None:
+            lc = draft_cfg.layers
+            self.draft_kv = KVCache(lc.num_hidden_layers, num_pages, page_size, lc.num_key_value_heads, lc.head_dim,
+                                    dtype, device)
+            drafter.setup_rope(max_positions, device)
+            self.tap_layers = draft_cfg.target_layer_ids
+
+    @torch.inference_mode()
+    def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]]) -> tuple[torch.Tensor, ForwardContext]:
+        """pieces: per sequence (block_table, token ids, positions), causal rows. Returns hidden [T, d].
+        Tap rows go straight into the drafter's context cache at their positions (DESIGN §3.3)."""
+        ctx = build_context([(bt, pos, False) for bt, _, pos in pieces], self.page_size, self.device)
+        ids = torch.tensor([t for _, toks, _ in pieces for t in toks], dtype=torch.long, device=self.device)
+        hidden, taps = self.target(ids, ctx, self.kv.layers, self.tap_layers)
+        if self.drafter is not None:
+            self.drafter.write_context(taps, ctx.positions, ctx.slot_mapping, self.draft_kv.layers)
+        return hidden, ctx
+
+    @torch.inference_mode()
+    def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:
+        return self.target.logits(hidden_rows)
+
+    @torch.inference_mode()
+    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick):
+        """One drafter forward over all sequences: block [x0, M, ..., M] at s..s+γ-1 (spec §3).
+        Returns drafts [B, γ] (device), z [B, γ, V] float32, confidences [B, γ] float32."""
+        gamma, mask = self.draft_cfg.block_size, self.draft_cfg.mask_token_id
+        rows = [(bt, list(range(s, s + gamma)), True) for bt, s in zip(tables, anchor_positions)]
+        ctx = build_context(rows, self.page_size, self.device)
+        ids = torch.full((len(tables), gamma), mask, dtype=torch.long, device=self.device)
+        ids[:, 0] = torch.tensor(anchors, dtype=torch.long, device=self.device)
+        h = self.drafter.block_hidden(ids.view(-1), ctx, self.draft_kv.layers)  # [B*γ, d]
+        anchor_t = ids[:, 0].clone()
+        return self.drafter.markov_chain(h.view(len(tables), gamma, -1), anchor_t, pick)

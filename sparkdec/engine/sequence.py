@@ -1,0 +1,108 @@
+"""Sequence: one request's tokens, pages, sampling state, stop handling and speculative statistics."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from sparkdec.sampling import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True)
+class SpecStats:
+    """Per-request acceptance statistics (AL counts the bonus token)."""
+
+    block_size: int = 0
+    rounds: int = 0
+    draft_tokens: int = 0  # drafts verified
+    accepted_tokens: int = 0  # drafts accepted (bonus excluded)
+    accepted_per_position: list[int] = field(default_factory=list)
+    verified_per_position: list[int] = field(default_factory=list)
+    histogram: list[int] = field(default_factory=list)  # rounds by accepted count 0..γ
+
+    def record(self, num_verified: int, num_accepted: int) -> None:
+        if not self.histogram:
+            self.histogram = [0] * (self.block_size + 1)
+            self.accepted_per_position = [0] * self.block_size
+            self.verified_per_position = [0] * self.block_size
+        self.rounds += 1
+        self.draft_tokens += num_verified
+        self.accepted_tokens += num_accepted
+        self.histogram[num_accepted] += 1
+        for j in range(num_verified):
+            self.verified_per_position[j] += 1
+            self.accepted_per_position[j] += int(j < num_accepted)
+
+    def as_dict(self) -> dict:
+        rates = [a / v if v else None for a, v in zip(self.accepted_per_position, self.verified_per_position)]
+        return {
+            "rounds": self.rounds, "num_draft_tokens": self.draft_tokens, "num_accepted_tokens": self.accepted_tokens,
+            "mean_acceptance_length": (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else None,
+            "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else None,
+            "per_position_acceptance": rates, "accepted_histogram": list(self.histogram),
+        }
+
+
+@dataclass(slots=True)
+class Sequence:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    seed: int
+    eos_ids: tuple[int, ...]
+    max_model_len: int
+    output_ids: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_computed: int = 0  # positions with valid target KV (and draft context KV)
+    block_table: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    spec: SpecStats = field(default_factory=SpecStats)
+    rounds: list[dict] | None = None  # per-round trace records when tracing
+    text: str = ""  # detokenised output (stop strings already cut)
+    arrival: float = 0.0
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    prefill_time: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.num_computed >= len(self.prompt_ids)
+
+    @property
+    def anchor(self) -> int:
+        return self.output_ids[-1]
+
+    @property
+    def anchor_position(self) -> int:
+        return self.num_tokens - 1
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def token_at(self, position: int) -> int:
+        n = len(self.prompt_ids)
+        return self.prompt_ids[position] if position < n else self.output_ids[position - n]
+
+    def room(self) -> int:
+        """How many more tokens this sequence may still emit (max_tokens and the context window)."""
+        return min(self.params.max_tokens - len(self.output_ids), self.max_model_len - self.num_tokens)
+
+    def append(self, token: int) -> bool:
+        """Commit one token; returns True when it ends the sequence (EOS, stop id, length)."""
+        self.output_ids.append(token)
+        p = self.params
+        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_ids):
+            self.finish_reason = "stop"
+        elif self.room() <= 0:
+            self.finish_reason = "length"
+        return self.finish_reason is not None

@@ -1,0 +1,1 @@
+"""Model definitions (Qwen3 target, DSpark drafter) and checkpoint loading."""

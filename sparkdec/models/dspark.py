@@ -1,0 +1,121 @@
+"""DSpark drafter: fused-tap context K/V injection, a non-causal Qwen3 block backbone, Markov and confidence heads.
+
+Names follow the DeepSpec checkpoint (`fc`, `hidden_norm`, `layers.N.*`, `norm`, `markov_head.*`,
+`confidence_head.proj`). The embedding and LM head are the target's (aliased, never loaded twice).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sparkdec.config import DraftConfig
+from sparkdec.engine.context import ForwardContext
+from sparkdec.models.qwen3 import Qwen3DecoderLayer, RMSNorm
+from sparkdec.ops.linear import linear
+from sparkdec.ops.rope import RotaryTable
+
+
+class MarkovHead(nn.Module):
+    """Bias B_k on the base logits from the previous block token (spec §9)."""
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        d, r, v = cfg.layers.hidden_size, cfg.markov_rank, cfg.layers.vocab_size
+        self.kind = cfg.markov_head_type
+        self.rank = r
+        self.markov_w1 = nn.Embedding(v, r)
+        self.markov_w2 = nn.Linear(r, v, bias=False)
+        if self.kind == "gated":
+            self.gate_proj = nn.Linear(d + r, r)
+        elif self.kind == "rnn":
+            self.joint_proj = nn.Linear(2 * r + d, 3 * r)
+
+    def bias(self, e: torch.Tensor, h: torch.Tensor, state: torch.Tensor | None):
+        """e [B, r] = W1[prev], h [B, d] -> (B_k [B, V] float32, new state)."""
+        if self.kind == "vanilla":
+            v = e
+        elif self.kind == "gated":
+            g = torch.sigmoid(linear(torch.cat([h, e], -1), self.gate_proj.weight) + self.gate_proj.bias)
+            v = g * e
+        else:
+            gco = linear(torch.cat([state, e, h], -1), self.joint_proj.weight) + self.joint_proj.bias
+            g, c, o = gco.chunk(3, dim=-1)
+            state = torch.sigmoid(g) * state + (1 - torch.sigmoid(g)) * torch.tanh(c)
+            v = torch.tanh(o)
+        return linear(v, self.markov_w2.weight).float(), state
+
+
+class ConfidenceHead(nn.Module):
+    """c_k = sigmoid(w . [h_k ; W1[d_k]] + b), computed in float32 (spec §10)."""
+
+    def __init__(self, in_features: int):
+        super().__init__()
+        self.proj = nn.Linear(in_features, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.proj.weight.float()
+        return torch.sigmoid(x.float() @ w[0] + self.proj.bias.float()[0])
+
+
+class DSparkDrafter(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        lc = cfg.layers
+        self.config = cfg
+        self.fc = nn.Linear(cfg.num_taps * lc.hidden_size, lc.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(lc.hidden_size, lc.rms_norm_eps)
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(lc) for _ in range(lc.num_hidden_layers))
+        self.norm = RMSNorm(lc.hidden_size, lc.rms_norm_eps)
+        self.markov_head = MarkovHead(cfg) if cfg.markov_rank > 0 else None
+        width = lc.hidden_size + (cfg.markov_rank if cfg.confidence_head_with_markov else 0)
+        self.confidence_head = ConfidenceHead(width) if cfg.enable_confidence_head else None
+        self._shared: dict[str, nn.Module] = {}
+        self.rope: RotaryTable | None = None
+
+    def share_target(self, target: nn.Module) -> None:
+        """Alias the target's embedding and LM head (kept outside this module's parameters)."""
+        self._shared = {"embed": target.model.embed_tokens, "lm_head": target.lm_head}
+
+    def setup_rope(self, max_positions: int, device) -> None:
+        lc = self.config.layers
+        self.rope = RotaryTable(lc.head_dim, lc.rope_theta, max_positions, device)
+
+    def write_context(self, taps: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, kv_layers) -> None:
+        """taps [T, m*d] of target rows -> fused context K/V of every draft layer at those positions (spec §5-7)."""
+        ctx = self.hidden_norm(linear(taps, self.fc.weight))  # [T, d]
+        for layer, kv in zip(self.layers, kv_layers):
+            layer.self_attn.write_kv(ctx, positions, slots, kv, self.rope)
+
+    def block_hidden(self, input_ids: torch.Tensor, ctx: ForwardContext, kv_layers) -> torch.Tensor:
+        """Block rows [B*γ] (anchor, mask, ...) -> final-normed hidden [B*γ, d]."""
+        h = self._shared["embed"](input_ids)
+        for layer, kv in zip(self.layers, kv_layers):
+            h = layer(h, ctx, kv, self.rope)
+        return self.norm(h)
+
+    def base_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return linear(h, self._shared["lm_head"].weight).float()
+
+    def markov_chain(self, h: torch.Tensor, anchors: torch.Tensor, pick) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sequential stage (spec §9.3). h [B, γ, d], anchors [B]; pick(z_k [B, V], k) -> tokens [B].
+        Returns drafts [B, γ], corrected logits z [B, γ, V] (float32) and confidences [B, γ]."""
+        b, gamma, _ = h.shape
+        u = self.base_logits(h.reshape(b * gamma, -1)).view(b, gamma, -1)  # [B, γ, V]
+        prev, state = anchors, None
+        if self.markov_head is not None and self.markov_head.kind == "rnn":
+            state = h.new_zeros(b, self.markov_head.rank)
+        drafts, zs, confs = [], [], []
+        for k in range(gamma):
+            z, e = u[:, k], None
+            if self.markov_head is not None:
+                e = self.markov_head.markov_w1(prev)  # [B, r]
+                bias, state = self.markov_head.bias(e, h[:, k], state)
+                z = z + bias
+            if self.confidence_head is not None:
+                feats = h[:, k] if e is None or not self.config.confidence_head_with_markov else torch.cat([h[:, k], e], -1)
+                confs.append(self.confidence_head(feats))
+            prev = pick(z, k)
+            drafts.append(prev)
+            zs.append(z)
+        conf = torch.stack(confs, 1) if confs else torch.ones(b, gamma, device=h.device)
+        return torch.stack(drafts, 1), torch.stack(zs, 1), conf

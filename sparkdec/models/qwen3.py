@@ -1,0 +1,125 @@
+"""Qwen3 dense target: packed ragged forward over a paged KV cache, with tapped layer outputs.
+
+Parameter names follow Hugging Face (`model.layers.N.self_attn.q_proj.weight`, ...) so checkpoint keys map
+one to one. The model sees tensors and a ForwardContext; it never sees sequences or pages.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sparkdec.config import TargetConfig
+from sparkdec.engine.context import ForwardContext
+from sparkdec.ops.attention import paged_attention
+from sparkdec.ops.linear import linear
+from sparkdec.ops.norms import rms_norm
+from sparkdec.ops.rope import RotaryTable
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+def _proj(n_in: int, n_out: int) -> nn.Linear:
+    return nn.Linear(n_in, n_out, bias=False)
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = _proj(cfg.hidden_size, self.num_heads * self.head_dim)
+        self.k_proj = _proj(cfg.hidden_size, self.num_kv_heads * self.head_dim)
+        self.v_proj = _proj(cfg.hidden_size, self.num_kv_heads * self.head_dim)
+        self.o_proj = _proj(self.num_heads * self.head_dim, cfg.hidden_size)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def write_kv(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                 kv: tuple[torch.Tensor, torch.Tensor], rope: RotaryTable) -> None:
+        """Project x [T, d] to keys/values and store them at slots [T] of kv = (k_cache, v_cache)."""
+        t = x.shape[0]
+        k = self.k_norm(linear(x, self.k_proj.weight).view(t, self.num_kv_heads, self.head_dim))
+        kv[0][slots] = rope.apply(k, positions).to(kv[0].dtype)
+        kv[1][slots] = linear(x, self.v_proj.weight).view(t, self.num_kv_heads, self.head_dim).to(kv[1].dtype)
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext, kv: tuple[torch.Tensor, torch.Tensor],
+                rope: RotaryTable) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_norm(linear(x, self.q_proj.weight).view(t, self.num_heads, self.head_dim))
+        q = rope.apply(q, ctx.positions)
+        self.write_kv(x, ctx.positions, ctx.slot_mapping, kv, rope)
+        o = paged_attention(q, kv[0], kv[1], ctx, self.head_dim ** -0.5)
+        return linear(o.reshape(t, -1), self.o_proj.weight)
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.gate_proj = _proj(cfg.hidden_size, cfg.intermediate_size)
+        self.up_proj = _proj(cfg.hidden_size, cfg.intermediate_size)
+        self.down_proj = _proj(cfg.intermediate_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.nn.functional.silu(linear(x, self.gate_proj.weight))
+        return linear(gate * linear(x, self.up_proj.weight), self.down_proj.weight)
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Qwen3Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = Qwen3MLP(cfg)
+
+    def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), ctx, kv, rope)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Qwen3Model(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """forward() returns final-normed hidden states [T, d] and the concatenated taps [T, m*d] (or None)."""
+
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Qwen3Model(cfg)
+        self.lm_head = _proj(cfg.hidden_size, cfg.vocab_size)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rope: RotaryTable | None = None
+
+    def setup_rope(self, max_positions: int, device) -> None:
+        cfg = self.config
+        self.rope = RotaryTable(cfg.head_dim, cfg.rope_theta, max_positions, device)
+
+    def forward(self, input_ids: torch.Tensor, ctx: ForwardContext, kv_layers: list,
+                tap_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.model.embed_tokens(input_ids)
+        taps = []
+        if -1 in tap_layers:
+            taps.append(h)
+        for i, layer in enumerate(self.model.layers):
+            h = layer(h, ctx, kv_layers[i], self.rope)
+            if i in tap_layers:
+                taps.append(h)
+        return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [R, d] -> float32 logits [R, V]."""
+        return linear(hidden, self.lm_head.weight).float()

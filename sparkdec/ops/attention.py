@@ -1,0 +1,42 @@
+"""Ragged attention over a paged KV cache: every query row sees a prefix of its sequence's keys.
+
+Reference path (CPU, and CUDA until a kernel replaces it). Each query row r of sequence i attends to
+positions 0 .. kv_len[r]-1 of that sequence. Target rows use kv_len = position + 1 (causal); a drafter
+block row uses kv_len = block end (context before the block plus the whole block, bidirectional).
+"""
+from __future__ import annotations
+
+import torch
+
+from sparkdec.engine.context import ForwardContext
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, page_size: int) -> torch.Tensor:
+    """Rows 0..length-1 of one sequence: cache [slots, H, D] -> [length, H, D]."""
+    pos = torch.arange(length, device=cache.device)
+    slots = block_table[pos // page_size] * page_size + pos % page_size
+    return cache.index_select(0, slots)
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    ctx: ForwardContext, scale: float) -> torch.Tensor:
+    """q [T, Hq, D] -> out [T, Hq, D]; keys/values come from the caches [slots, Hkv, D]."""
+    t, hq, d = q.shape
+    hkv = k_cache.shape[1]
+    group = hq // hkv
+    out = torch.empty_like(q)
+    for seg in ctx.segments:
+        k_all = gather_kv(k_cache, ctx.block_tables[seg.seq_index], seg.max_kv_len, ctx.page_size)
+        v_all = gather_kv(v_cache, ctx.block_tables[seg.seq_index], seg.max_kv_len, ctx.page_size)
+        for start, stop, kv_len in seg.row_groups:
+            # NOTE: a target row is always its own group with exactly kv_len keys, so its arithmetic is
+            # identical whether it runs alone (decode) or among other rows (verify, batch).
+            n = stop - start
+            qg = q[start:stop].reshape(n, hkv, group, d).permute(1, 0, 2, 3).reshape(hkv, n * group, d)
+            k = k_all[:kv_len].permute(1, 2, 0)  # [Hkv, D, L]
+            v = v_all[:kv_len].permute(1, 0, 2)  # [Hkv, L, D]
+            scores = torch.matmul(qg, k).float() * scale  # [Hkv, n*G, L]
+            probs = torch.softmax(scores, dim=-1).to(v.dtype)
+            o = torch.matmul(probs, v)  # [Hkv, n*G, D]
+            out[start:stop] = o.reshape(hkv, n, group, d).permute(1, 0, 2, 3).reshape(n, hq, d)
+    return out

@@ -1,0 +1,109 @@
+"""SamplingParams and the sampler: greedy, temperature, top-k, top-p, with noise keyed on (seed, position)."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from sparkdec.errors import InvalidSamplingParamsError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: tuple[str, ...] | list[str] | str | None = None
+    stop_token_ids: tuple[int, ...] | list[int] = field(default_factory=tuple)
+    ignore_eos: bool = False
+    # speculation controls (per request): None = engine default
+    speculative: bool | None = None
+    verify_len: int | None = None
+    min_confidence: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop or ()))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        self.validate()
+
+    def validate(self) -> None:
+        def bad(msg: str):
+            raise InvalidSamplingParamsError(msg)
+
+        if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            bad(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if self.temperature is None or self.temperature < 0:
+            bad(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            bad(f"top_p must be in (0, 1] (1 disables it), got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            bad(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+        if self.verify_len is not None and self.verify_len < 0:
+            bad(f"verify_len must be >= 0, got {self.verify_len!r}")
+        if self.min_confidence is not None and not (0.0 <= self.min_confidence <= 1.0):
+            bad(f"min_confidence must be in [0, 1], got {self.min_confidence!r}")
+        if any(not s for s in self.stop):
+            bad("stop strings must be non-empty")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def resolved_seed(self) -> int:
+        return self.seed if self.seed is not None else random.getrandbits(62)
+
+
+STREAM_TARGET, STREAM_DRAFT, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2, 3
+
+
+def _mix(seed: int, position: int, stream: int) -> int:
+    """splitmix64 over (seed, position, stream): a generator seed unique to one draw."""
+    x = (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + stream * 0x94D049BB133111EB) & (2**64 - 1)
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & (2**64 - 1)
+    x ^= x >> 31
+    return x & (2**63 - 1)
+
+
+def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torch.Tensor:
+    """n uniforms in (0, 1), a pure function of (seed, position, stream)."""
+    gen = torch.Generator(device="cpu").manual_seed(_mix(seed, position, stream))
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    return u.clamp_(min=1e-12).to(device)
+
+
+def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [V] float32 -> the distribution plain sampling draws from (temperature, top-k, top-p)."""
+    x = logits.float() / params.temperature
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k).values[-1]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, descending=True, stable=True)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        drop = (cum - sorted_p) >= params.top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+        probs = probs / probs.sum()
+    return probs
+
+
+def sample_from(probs: torch.Tensor, seed: int, position: int, stream: int = STREAM_TARGET) -> int:
+    """Exponential race: argmax p_i / E_i with E_i ~ Exp(1) keyed on (seed, position, stream)."""
+    e = -torch.log(uniform_noise(seed, position, stream, probs.shape[-1], probs.device))
+    return int(torch.argmax(probs.double() / e))
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, position: int) -> int:
+    """The token plain decoding emits at `position` given the logits of the row before it."""
+    if params.greedy:
+        return int(torch.argmax(logits))  # first maximum: ties go to the smaller id
+    return sample_from(processed_probs(logits, params), seed, position)

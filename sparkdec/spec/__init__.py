@@ -1,0 +1,1 @@
+"""Speculative decoding: propose, choose verify lengths, verify, accept and commit."""

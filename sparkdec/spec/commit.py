@@ -1,0 +1,30 @@
+"""Commit a round's tokens one at a time, ending exactly where plain decoding would (EOS, stop ids/strings, limits)."""
+from __future__ import annotations
+
+from sparkdec.engine.sequence import Sequence
+
+
+def find_stop(text: str, stops: tuple[str, ...]) -> int:
+    """Index where the earliest stop string starts in text, or -1."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else -1
+
+
+def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
+    """Append tokens until one ends the sequence; returns how many were committed.
+    decode(ids) -> text, used for stop strings and the running text."""
+    n = 0
+    for token in tokens:
+        n += 1
+        done = seq.append(token)
+        if seq.params.stop and decode is not None:
+            text = decode(seq.output_ids)
+            cut = find_stop(text, seq.params.stop)
+            if cut >= 0:
+                seq.text, seq.finish_reason = text[:cut], "stop"
+                return n
+        if done:
+            break
+    if decode is not None:
+        seq.text = decode(seq.output_ids)
+    return n

@@ -1,0 +1,127 @@
+"""One engine step: propose -> choose verify lengths -> packed verify (+ prefill chunks) -> accept -> commit.
+
+This is the only place that sequences the round. Plain decoding is the same round with ℓ = 0 and no propose.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from sparkdec.engine.scheduler import Batch
+from sparkdec.engine.sequence import Sequence
+from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_token
+from sparkdec.spec.commit import commit_tokens
+from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class RoundRunner:
+    def __init__(self, runner, policy, accept_mode: str, decode):
+        self.runner, self.policy, self.accept_mode, self.decode = runner, policy, accept_mode, decode
+        self.timing = {"propose": 0.0, "verify": 0.0, "accept": 0.0, "host": 0.0, "steps": 0}
+
+    def _sampled_drafts(self, seq: Sequence) -> bool:
+        return self.accept_mode == "rejection" and not seq.params.greedy
+
+    def propose(self, seqs: list[Sequence]):
+        """Drafts [B][γ], confidences [B][γ] (host lists) and z [B, γ, V] (device)."""
+        positions = [s.anchor_position for s in seqs]
+
+        def pick(z: torch.Tensor, k: int) -> torch.Tensor:
+            tokens = z.argmax(-1)
+            for i, seq in enumerate(seqs):
+                if self._sampled_drafts(seq):
+                    q = torch.softmax(z[i] / seq.params.temperature, dim=-1)
+                    tokens[i] = sample_from(q, seq.seed, positions[i] + k + 1, STREAM_DRAFT)
+            return tokens
+
+        drafts, z, conf = self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick)
+        return drafts.tolist(), conf.tolist(), z
+
+    def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
+        s = seq.anchor_position
+        if seq.params.greedy:
+            return accept_greedy(argmax, drafts)
+        if self.accept_mode == "rejection" and drafts:
+            return accept_rejection(logits, z[row], drafts, seq.params, seq.seed, s)
+        return accept_exact(logits, drafts, seq.params, seq.seed, s)
+
+    def step(self, batch: Batch, speculating) -> list[Sequence]:
+        t0 = time.perf_counter()
+        dec = batch.decode
+        spec = [s for s in dec if speculating(s)]
+        drafts, conf, z = ([], [], None)
+        if spec:
+            drafts, conf, z = self.propose(spec)
+        t1 = time.perf_counter()
+        plan = {}  # seq -> (drafts to verify, all drafts, confidences, row in proposal)
+        for i, seq in enumerate(spec):
+            ell = self.policy_for(seq).choose(conf[i], seq.room())
+            plan[id(seq)] = (drafts[i][:ell], drafts[i], conf[i], i)
+        pieces, logit_rows, spans = [], [], []
+        for seq in dec:
+            ver = plan.get(id(seq), ([],))[0]
+            s = seq.anchor_position
+            start = sum(len(p[1]) for p in pieces)
+            pieces.append((seq.block_table, [seq.anchor] + ver, list(range(s, s + len(ver) + 1))))
+            spans.append((seq, len(logit_rows), len(ver) + 1))
+            logit_rows.extend(range(start, start + len(ver) + 1))
+        prefill_done = []
+        for seq, a, b in batch.prefill:
+            start = sum(len(p[1]) for p in pieces)
+            pieces.append((seq.block_table, seq.prompt_ids[a:b], list(range(a, b))))
+            seq.num_computed = b
+            if b == len(seq.prompt_ids):
+                prefill_done.append((seq, len(logit_rows)))
+                logit_rows.append(start + b - a - 1)
+        hidden, _ = self.runner.target_forward(pieces)
+        logits = self.runner.logits(hidden[torch.tensor(logit_rows, device=hidden.device)])
+        argmax = logits.argmax(-1).tolist()  # NOTE: the one device->host read of the verify
+        t2 = time.perf_counter()
+        touched = []
+        for seq, r0, n in spans:
+            ver, all_drafts, c, row = plan.get(id(seq), ([], None, None, None))
+            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, row)
+            s = seq.anchor_position
+            committed = commit_tokens(seq, tokens, self.decode)
+            seq.num_computed = s + len(tokens)
+            if all_drafts is not None:
+                self._record(seq, all_drafts, c, len(ver), len(tokens) - 1, committed, (t1 - t0, t2 - t1))
+            touched.append(seq)
+        for seq, r in prefill_done:
+            token = sample_token(logits[r], seq.params, seq.seed, len(seq.prompt_ids))
+            commit_tokens(seq, [token], self.decode)
+            seq.first_token_time = time.perf_counter()
+            touched.append(seq)
+        t3 = time.perf_counter()
+        self._time(t0, t1, t2, t3, bool(spec))
+        return touched
+
+    def policy_for(self, seq: Sequence):
+        p = seq.params
+        if p.verify_len is None and p.min_confidence is None:
+            return self.policy
+        from sparkdec.spec.schedule import VerifyPolicy
+
+        return VerifyPolicy(p.verify_len if p.verify_len is not None else self.policy.verify_len,
+                            p.min_confidence if p.min_confidence is not None else self.policy.min_confidence)
+
+    def _record(self, seq, drafts, conf, ell, accepted, committed, times) -> None:
+        seq.spec.record(ell, accepted)
+        if seq.rounds is not None:
+            seq.rounds.append({"anchor_position": seq.num_computed - accepted - 1, "draft_token_ids": list(drafts),
+                               "confidence": [float(c) for c in conf], "num_verified": ell,
+                               "num_accepted": accepted, "num_committed": committed,
+                               "propose_ms": times[0] * 1e3, "verify_ms": times[1] * 1e3})
+
+    def _time(self, t0, t1, t2, t3, spec: bool) -> None:
+        tm = self.timing
+        tm["propose"] += t1 - t0
+        tm["verify"] += t2 - t1
+        tm["accept"] += t3 - t2
+        tm["steps"] += 1

@@ -1,0 +1,64 @@
+"""Tokenizer: tokenizer.json through `tokenizers`, chat template through jinja2, EOS ids from the checkpoint."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sparkdec.errors import CheckpointError
+
+
+class Tokenizer:
+    def __init__(self, folder: str | Path):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        folder = Path(folder).expanduser()
+        if not (folder / "tokenizer.json").is_file():
+            raise CheckpointError(f"{folder} has no tokenizer.json; pass token ids instead of text, "
+                                  "or add the tokenizer files to the checkpoint folder")
+        self._tok = HFTokenizer.from_file(str(folder / "tokenizer.json"))
+        cfg_path = folder / "tokenizer_config.json"
+        self.config = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        self.chat_template = self.config.get("chat_template")
+        self.eos_token_ids = self._eos_ids(folder)
+
+    def _eos_ids(self, folder: Path) -> tuple[int, ...]:
+        ids: list[int] = []
+        gen = folder / "generation_config.json"
+        if gen.is_file():
+            eos = json.loads(gen.read_text()).get("eos_token_id")
+            ids.extend(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        eos_tok = self.config.get("eos_token")
+        if isinstance(eos_tok, dict):
+            eos_tok = eos_tok.get("content")
+        if eos_tok and self._tok.token_to_id(eos_tok) is not None:
+            ids.append(self._tok.token_to_id(eos_tok))
+        return tuple(dict.fromkeys(int(i) for i in ids))
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise CheckpointError("this checkpoint's tokenizer_config.json has no chat_template; "
+                                  "send a plain prompt instead of chat messages")
+        import jinja2
+
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        return env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.config.get("bos_token") or "", eos_token=self.config.get("eos_token") or "")
+
+
+def _raise(message: str):
+    raise CheckpointError(f"chat template error: {message}")
