@@ -1,0 +1,110 @@
+"""`sparkdec` command line: generate, serve, bench and the training recipe."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from sparkdec.errors import SparkdecError
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="target checkpoint folder (Hugging Face Qwen3); default: shipped tiny pair")
+    p.add_argument("--draft", help="DSpark drafter folder (DeepSpec format); default with no --model: shipped drafter")
+    p.add_argument("--no-spec", action="store_true", help="plain decoding even when a drafter is loaded")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)")
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--kv-cache-tokens", type=int, help="KV cache capacity in tokens")
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--verify-len", type=int, help="verify a fixed number of drafts per round")
+    p.add_argument("--min-confidence", type=float, help="verify drafts up to the first confidence below P")
+    p.add_argument("--accept", choices=["exact", "rejection"], default="exact",
+                   help="sampled acceptance: exact (target's own keyed sample) or rejection sampling")
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return dict(model=args.model, draft=None if args.no_spec and args.model else args.draft,
+                device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
+                kv_cache_tokens=args.kv_cache_tokens, max_num_seqs=args.max_num_seqs, verify_len=args.verify_len,
+                min_confidence=args.min_confidence, accept_mode=args.accept, speculative=not args.no_spec)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from sparkdec.engine.llm_engine import Engine, EngineConfig
+    from sparkdec.llm import request_stats
+    from sparkdec.sampling import SamplingParams
+
+    prompt = args.prompt_opt or args.prompt or sys.stdin.read()
+    engine = Engine(EngineConfig(**engine_kwargs(args)))
+    if args.chat:
+        prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+    seq = engine.add_request(prompt, params, trace=bool(args.trace))
+    shown = 0
+    while engine.has_unfinished():
+        engine.step()
+        text = seq.text if seq.finished else seq.text.rstrip("\ufffd")
+        sys.stdout.write(text[shown:])
+        sys.stdout.flush()
+        shown = len(text)
+    sys.stdout.write("\n")
+    st = request_stats(seq)
+    line = (f"[prompt {st['prompt_tokens']} tok | new {st['new_tokens']} tok | prefill {st['prefill_s'] * 1e3:.1f} ms | "
+            f"decode {st['decode_s'] * 1e3:.1f} ms | {st['tokens_per_s'] or 0:.1f} tok/s")
+    if st["rounds"]:
+        rates = " ".join(f"{r:.2f}" if r is not None else "-" for r in st["per_position_acceptance"])
+        line += f" | rounds {st['rounds']} | AL {st['mean_acceptance_length']:.2f} | per-position {rates}"
+    print(line + "]", file=sys.stderr)
+    if args.timing or os.environ.get("SPARKDEC_TIMING") == "1":
+        print(timing_line(engine.rounds.timing), file=sys.stderr)
+    if args.trace:
+        with open(args.trace, "w") as f:
+            for r in seq.rounds or []:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+def timing_line(t: dict) -> str:
+    n = max(t["steps"], 1)
+    return (f"[round anatomy over {t['steps']} steps: propose {t['propose'] / n * 1e3:.2f} ms, "
+            f"verify {t['verify'] / n * 1e3:.2f} ms, accept/commit {t['accept'] / n * 1e3:.2f} ms per step]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkdec", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="generate text for one prompt, streamed to the terminal")
+    g.add_argument("prompt", nargs="?", help="prompt text (default: read stdin)")
+    g.add_argument("--prompt", dest="prompt_opt")
+    add_engine_args(g)
+    g.add_argument("--max-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--ignore-eos", action="store_true")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--trace", metavar="FILE.jsonl", help="write one JSON record per speculative round")
+    g.add_argument("--timing", action="store_true", help="print the round anatomy (also SPARKDEC_TIMING=1)")
+    g.set_defaults(func=cmd_generate)
+    for module in ("sparkdec.server.app", "sparkdec.bench.cli", "sparkdec.train.cli"):
+        try:
+            __import__(module, fromlist=["register"]).register(sub, add_engine_args, engine_kwargs)
+        except ImportError as exc:
+            if exc.name is None or not exc.name.startswith(module):
+                raise
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except SparkdecError as exc:
+        print(f"sparkdec: error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
