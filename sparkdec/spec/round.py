@@ -80,7 +80,7 @@ class RoundRunner:
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
         hidden, _ = self.runner.target_forward(pieces)
-        logits = self.runner.logits(hidden[torch.tensor(logit_rows, device=hidden.device)])
+        logits = self.runner.logits(hidden[torch.tensor(logit_rows, dtype=torch.long, device=hidden.device)])
         argmax = logits.argmax(-1).tolist()  # NOTE: the one device->host read of the verify
         t2 = time.perf_counter()
         touched = []
