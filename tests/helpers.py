@@ -78,3 +78,30 @@ def make_draft(folder: Path, target_dir: Path, seed: int = 0, block_size: int = 
     (folder / "config.json").write_text(json.dumps(cfg, indent=1))
     save_file(t, str(folder / "model.safetensors"))
     return folder
+
+
+def make_bigram_draft(folder: Path, target_dir: Path, sequences: list[list[int]], block_size: int = 5) -> Path:
+    """A drafter that knows the target's habits: its Markov head holds the most frequent next token after each
+    token in `sequences` (the target's own greedy outputs), and its backbone contributes nothing (norm = 0),
+    so z_k = 30 * onehot(next(prev)). Gives real acceptance on random targets without training."""
+    from collections import Counter, defaultdict
+
+    from safetensors.torch import load_file
+
+    make_draft(folder, target_dir, block_size=block_size, markov_rank=0, confidence=False)
+    v = json.loads((target_dir / "config.json").read_text())["vocab_size"]
+    follows: dict[int, Counter] = defaultdict(Counter)
+    for seq in sequences:
+        for a, b in zip(seq, seq[1:]):
+            follows[a][b] += 1
+    t = load_file(str(folder / "model.safetensors"))
+    t["norm.weight"] = torch.zeros_like(t["norm.weight"])
+    w1, w2 = torch.eye(v), torch.zeros(v, v)
+    for a, counter in follows.items():
+        w2[counter.most_common(1)[0][0], a] = 30.0
+    t["markov_head.markov_w1.weight"], t["markov_head.markov_w2.weight"] = w1, w2
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(markov_rank=v, markov_head_type="vanilla")
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1))
+    save_file(t, str(folder / "model.safetensors"))
+    return folder
