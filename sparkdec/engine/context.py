@@ -21,7 +21,10 @@ class ForwardContext:
     slot_mapping: torch.Tensor  # [T] int64 KV slot each row writes
     block_tables: torch.Tensor  # [S, max_pages] int64
     page_size: int
-    segments: list[Segment] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)  # host-side row groups (reference attention)
+    row_seq: torch.Tensor | None = None  # [T] row of block_tables for each token (kernel attention)
+    row_kv_len: torch.Tensor | None = None  # [T] keys each token sees
+    max_kv_len: int = 0  # bound on row_kv_len (sizes the kernel grid; a graph uses the context limit)
 
     @property
     def num_tokens(self) -> int:
@@ -48,10 +51,15 @@ def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
         else:
             groups = [(start + j, start + j + 1, p + 1) for j, p in enumerate(pos)]
         segments.append(Segment(i, groups, max(g[2] for g in groups)))
+    row_seq = [seg.seq_index for seg in segments for a, b, _ in seg.row_groups for _ in range(a, b)]
+    row_len = [n for seg in segments for a, b, n in seg.row_groups for _ in range(a, b)]
     return ForwardContext(
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
         block_tables=tables.to(device),
         page_size=page_size,
         segments=segments,
+        row_seq=torch.tensor(row_seq, dtype=torch.int32, device=device),
+        row_kv_len=torch.tensor(row_len, dtype=torch.int32, device=device),
+        max_kv_len=max(row_len),
     )

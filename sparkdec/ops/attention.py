@@ -21,6 +21,11 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, page_
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
     """q [T, Hq, D] -> out [T, Hq, D]; keys/values come from the caches [slots, Hkv, D]."""
+    if q.is_cuda:
+        from sparkdec.ops.triton_attention import triton_paged_attention
+
+        return triton_paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.row_seq, ctx.row_kv_len,
+                                      ctx.page_size, ctx.max_kv_len, scale)
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
