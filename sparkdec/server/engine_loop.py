@@ -1,0 +1,181 @@
+"""The one thread that owns the engine: drains add/abort commands, steps the batch, publishes per-request
+snapshots to asyncio waiters (the engine is not thread-safe; nothing else may call into it)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from sparkdec.sampling import SamplingParams
+
+log = logging.getLogger("sparkdec.server")
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A request's state after one engine step (immutable values only, safe to hand across threads)."""
+
+    text: str
+    num_tokens: int
+    finish_reason: str | None
+    spec: dict | None = None  # speculative stats, on the final snapshot
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class RequestHandle:
+    """The asyncio side of one request. Updates coalesce: a slow reader sees only the latest snapshot."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    added: asyncio.Future
+    latest: Snapshot | None = None
+    done: bool = False
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _publish(self, snap: Snapshot) -> None:  # runs on the event loop
+        self.latest = snap
+        self.done = snap.finish_reason is not None
+        self._event.set()
+
+    async def next(self) -> Snapshot:
+        """Wait for a snapshot newer than the last one returned."""
+        await self._event.wait()
+        self._event.clear()
+        return self.latest
+
+
+@dataclass(slots=True)
+class _Tracked:
+    handle: RequestHandle
+    seq: object
+    spec: tuple = (0, 0, 0, None)
+    tokens: int = 0
+    ttft_seen: bool = False
+
+
+class EngineLoop:
+    def __init__(self, engine, metrics=None, idle_wait_s: float = 1.0):
+        self.engine, self.metrics, self.idle_wait_s = engine, metrics, idle_wait_s
+        self._cmds: deque = deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._live: dict[str, _Tracked] = {}
+        self._thread = threading.Thread(target=self._run, name="sparkdec-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    async def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestHandle:
+        """Queue a request; raises the engine's SparkdecError when it refuses it (bad params, capacity)."""
+        loop = asyncio.get_running_loop()
+        handle = RequestHandle(request_id, prompt_ids, params, loop, loop.create_future())
+        self._send(("add", handle))
+        await handle.added
+        return handle
+
+    def abort(self, request_id: str) -> None:
+        self._send(("abort", request_id))
+
+    def _send(self, cmd) -> None:
+        self._cmds.append(cmd)
+        self._wake.set()
+
+    # ---- engine thread ----
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                self._once()
+            except Exception as exc:  # an engine bug must not hang every client: fail the batch, keep serving
+                log.exception("engine step failed; failing the requests in flight")
+                self._fail_all(f"internal engine error: {type(exc).__name__}: {exc}")
+
+    def _once(self) -> None:
+        self._wake.clear()
+        while self._cmds:
+            self._command(self._cmds.popleft())
+        if not self.engine.has_unfinished():
+            self._wake.wait(self.idle_wait_s)
+            return
+        for seq in self.engine.step():
+            self._publish(seq)
+
+    def _command(self, cmd) -> None:
+        kind, arg = cmd
+        if kind == "abort":
+            tracked = self._live.get(arg)
+            if tracked is not None:
+                self.engine.abort(arg)
+                self._publish(tracked.seq)
+            return
+        handle: RequestHandle = arg
+        try:
+            seq = self.engine.add_request(handle.prompt_ids, handle.params, request_id=handle.request_id)
+        except Exception as exc:
+            handle.loop.call_soon_threadsafe(_set_exception, handle.added, exc)
+            return
+        self._live[handle.request_id] = _Tracked(handle, seq)
+        if self.metrics:
+            self.metrics.prompt_tokens.inc(len(handle.prompt_ids))
+        handle.loop.call_soon_threadsafe(_set_result, handle.added, None)
+
+    def _publish(self, seq, error: str | None = None) -> None:
+        tracked = self._live.get(seq.request_id)
+        if tracked is None:
+            return
+        finish = seq.finish_reason if error is None else "error"
+        spec = None
+        if finish is not None:
+            spec = {"enabled": self.engine.speculating(seq), **seq.spec.as_dict()}
+        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error)
+        if self.metrics:
+            self._observe(tracked, seq, finish)
+        if finish is not None:
+            del self._live[seq.request_id]
+        tracked.handle.loop.call_soon_threadsafe(tracked.handle._publish, snap)
+
+    def _observe(self, tracked: _Tracked, seq, finish: str | None) -> None:
+        m, s = self.metrics, seq.spec
+        new = (s.rounds, s.draft_tokens, s.accepted_tokens, list(s.accepted_per_position))
+        m.spec_delta(tracked.spec, new)
+        m.generation_tokens.inc(len(seq.output_ids) - tracked.tokens)
+        tracked.spec, tracked.tokens = new, len(seq.output_ids)
+        if not tracked.ttft_seen and seq.first_token_time is not None:
+            tracked.ttft_seen = True
+            m.ttft.observe(max(seq.first_token_time - seq.arrival, 0.0))
+        if finish is not None:
+            m.finished(finish, seq.arrival, seq.first_token_time, seq.finish_time or time.perf_counter(),
+                       len(seq.output_ids))
+
+    def _fail_all(self, message: str) -> None:
+        for rid, tracked in list(self._live.items()):
+            try:
+                self.engine.abort(rid)
+                self._publish(tracked.seq, error=message)
+            except Exception:
+                log.exception("could not fail request %s cleanly", rid)
+                self._live.pop(rid, None)
+
+
+def _set_result(fut: asyncio.Future, value) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

@@ -1,0 +1,164 @@
+"""OpenAI-shaped request bodies (pydantic) and the JSON shapes of responses, stream chunks and errors."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkdec.errors import SparkdecError
+from sparkdec.sampling import SamplingParams
+
+
+class RequestError(SparkdecError):
+    """A request the server refuses; carries the HTTP status and the OpenAI error fields."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+
+def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    """Fields shared by both endpoints, including sparkdec's extra body fields."""
+
+    model_config = ConfigDict(extra="allow")  # unknown OpenAI fields are ignored, as OpenAI-compatible servers do
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: Any = None
+    user: str | None = None
+    # sparkdec / vLLM extra body fields
+    top_k: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    speculative: bool | None = None
+    verify_len: int | None = None
+    min_confidence: float | None = None
+
+    def check_supported(self) -> None:
+        if self.n != 1:
+            raise RequestError(400, f"n must be 1 (sparkdec returns one choice per request), got {self.n}", param="n")
+        if self.logprobs not in (None, False, 0):
+            raise RequestError(400, "logprobs are not supported by this server; drop the field", param="logprobs")
+
+    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+        return SamplingParams(
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p, top_k=self.top_k or 0,
+            max_tokens=default_max_tokens if self.max_tokens is None else self.max_tokens,
+            seed=self.seed, stop=self.stop, stop_token_ids=tuple(self.stop_token_ids or ()),
+            ignore_eos=self.ignore_eos, speculative=self.speculative, verify_len=self.verify_len,
+            min_confidence=self.min_confidence)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.best_of not in (None, 1):
+            raise RequestError(400, "best_of must be 1", param="best_of")
+        if self.echo or self.suffix:
+            raise RequestError(400, "echo and suffix are not supported by this server", param="echo")
+
+    def single_prompt(self) -> str | list[int]:
+        p = self.prompt
+        if isinstance(p, list) and p and isinstance(p[0], (str, list)):
+            if len(p) != 1:
+                raise RequestError(400, f"send one prompt per request (got {len(p)})", param="prompt")
+            p = p[0]
+        return p
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        if any(p.type != "text" for p in self.content):
+            raise RequestError(400, "only text content parts are supported", param="messages")
+        return "".join(p.text or "" for p in self.content)
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    add_generation_prompt: bool = True
+
+    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+        if self.max_tokens is None and self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        return super().sampling_params(default_max_tokens)
+
+    def plain_messages(self) -> list[dict]:
+        return [{"role": m.role, "content": m.text()} for m in self.messages]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion_body(rid: str, model: str, text: str, finish: str | None, use: dict, spec: dict | None) -> dict:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": use, "speculative": spec}
+
+
+def chat_body(rid: str, model: str, text: str, finish: str | None, use: dict, spec: dict | None) -> dict:
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": finish}],
+            "usage": use, "speculative": spec}
+
+
+def completion_chunk(rid: str, model: str, text: str | None, finish: str | None = None, **extra) -> dict:
+    choices = [] if text is None else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices, **extra}
+
+
+def chat_chunk(rid: str, model: str, delta: dict | None, finish: str | None = None, **extra) -> dict:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+            "choices": choices, **extra}
+
+
+Endpoint = Literal["completions", "chat"]

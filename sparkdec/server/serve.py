@@ -1,0 +1,64 @@
+"""`sparkdec serve`: build the engine, run uvicorn, and drain on SIGTERM (503 for new requests, in-flight
+requests finish, then exit 0). A second signal falls back to uvicorn's own shutdown."""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import uvicorn
+
+log = logging.getLogger("sparkdec.server")
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", help="model id clients send (default: the model folder's name)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="requests that may wait beyond --max-num-seqs running ones; more get 503")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+
+def served_name(args: argparse.Namespace) -> str:
+    if args.served_model_name:
+        return args.served_model_name
+    return Path(args.model).expanduser().resolve().name if args.model else "sparkdec-tiny"
+
+
+def run_serve(args: argparse.Namespace, engine_kwargs) -> int:
+    from sparkdec.engine.llm_engine import Engine, EngineConfig
+    from sparkdec.server.app import create_app
+
+    if args.max_queue < 0:
+        raise SystemExit("sparkdec serve: --max-queue must be >= 0")
+    engine = Engine(EngineConfig(**engine_kwargs(args)))
+    name = served_name(args)
+    aliases = (args.model,) if args.model else ()
+    app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
+    spec = "speculative" if engine.drafter is not None and engine.config.speculative else "plain"
+    log.info("serving %s (%s decoding, %d KV pages of %d tokens, max model len %d)", name, spec,
+             engine.blocks.num_pages, engine.config.page_size, engine.max_model_len)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=None)
+    DrainingServer(config, app.state.server).run()
+    return 0
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state):
+        super().__init__(config)
+        self.drain = state
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.drain.draining:
+            self.drain.draining = True  # new requests get 503; on_tick exits once in-flight ones finish
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain.draining and self.drain.inflight == 0 and not self.should_exit:
+            log.info("drained: no request in flight, shutting down")
+            self.should_exit = True
+        return await super().on_tick(counter)

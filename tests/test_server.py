@@ -1,0 +1,388 @@
+"""`sparkdec serve` end to end: a real server process on a free loopback port, driven by the official openai
+client (and httpx for raw bodies, disconnects and SIGTERM). Uses models/sparkdec-tiny when it is shipped,
+otherwise a small random target + drafter with a freshly trained byte-level BPE tokenizer."""
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "models" / "sparkdec-tiny"
+MODEL = "tiny"
+GREEDY = dict(temperature=0.0)
+LONG = {"ignore_eos": True}
+
+
+def _build_random_pair(root: Path) -> tuple[Path, Path]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import GEOMETRIES, make_draft, make_target
+    from tokenizers import pre_tokenizers, trainers
+
+    import json.decoder
+    import json.encoder
+    from sparkdec.train.tokenizer import SPECIAL_TOKENS, new_tokenizer, save_tokenizer, special_token_ids
+
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(vocab_size=512, min_frequency=2, show_progress=False,
+                                  special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    texts = [Path(m.__file__).read_text() for m in (json.decoder, json.encoder, threading)]
+    tok.train_from_iterator(texts, trainer=trainer)
+    # untied weights: a tied random target only repeats its input token, which would make equality tests vacuous
+    geometry = dict(GEOMETRIES["untied_mha"], vocab_size=tok.get_vocab_size())
+    target = make_target(root / "target", **geometry)
+    save_tokenizer(tok, target)
+    draft = make_draft(root / "draft", target, mask_token_id=special_token_ids(tok).mask, num_layers=1)
+    return target, draft
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> tuple[Path, Path]:
+    if (TINY / "target" / "tokenizer.json").is_file() and (TINY / "draft" / "config.json").is_file():
+        return TINY / "target", TINY / "draft"
+    return _build_random_pair(tmp_path_factory.mktemp("pair"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, pair, log_path: Path, *extra: str):
+        self.log_path = log_path
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "sparkdec", "serve", "--model", str(pair[0]), "--draft", str(pair[1]),
+               "--device", "cpu", "--port", str(self.port), "--served-model-name", MODEL, "--log-level", "warning",
+               *extra]
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # tiny ops: threads only contend
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server did not come up:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text()[-4000:]
+
+    def client(self, **kw) -> "openai.OpenAI":
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120, **kw)
+
+    def metric(self, name: str, labels: str = "") -> float:
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        m = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(pair, tmp_path_factory):
+    srv = Server(pair, tmp_path_factory.mktemp("log") / "server.log")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def small_server(pair, tmp_path_factory):
+    """A function returning a live server with one running slot and no queue (the second request gets 503);
+    it starts a new one when the last has exited (the SIGTERM test ends it)."""
+    started: list[Server] = []
+
+    def live() -> Server:
+        if not started or started[-1].proc.poll() is not None:
+            log = tmp_path_factory.mktemp("log") / "small-server.log"
+            started.append(Server(pair, log, "--max-num-seqs", "1", "--max-queue", "0"))
+        return started[-1]
+
+    yield live
+    for srv in started:
+        srv.stop()
+
+
+def _spec(resp) -> dict:
+    return resp.model_extra["speculative"]
+
+
+def _stream_text(create, chat: bool = False, **kw) -> tuple[str, list]:
+    chunks = list(create(model=MODEL, stream=True, **kw))
+    if chat:
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks
+    return "".join(c.choices[0].text for c in chunks if c.choices), chunks
+
+
+def test_models_health_and_completion(server, pair):
+    client = server.client()
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    resp = client.completions.create(model=MODEL, prompt="def fibonacci(n):", max_tokens=12, extra_body=LONG, **GREEDY)
+    choice = resp.choices[0]
+    assert choice.finish_reason == "length" and resp.usage.completion_tokens == 12
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(pair[0] / "tokenizer.json"))
+    assert resp.usage.prompt_tokens == len(tok.encode("def fibonacci(n):", add_special_tokens=False).ids)
+    spec = _spec(resp)
+    assert spec["enabled"] and spec["rounds"] > 0 and spec["num_draft_tokens"] >= spec["num_accepted_tokens"] >= 0
+    assert len(spec["accepted_histogram"]) > 1 and sum(spec["accepted_histogram"]) == spec["rounds"]
+    # token-id prompts give the same text as the string they encode
+    ids = tok.encode("def fibonacci(n):", add_special_tokens=False).ids
+    again = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, extra_body=LONG, **GREEDY)
+    assert again.choices[0].text == choice.text
+
+
+def test_chat_equals_completion_of_the_template(server, pair):
+    client = server.client()
+    messages = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Sort a list."}]
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=10, extra_body=LONG, **GREEDY)
+    msg = chat.choices[0].message
+    assert msg.role == "assistant" and chat.choices[0].finish_reason == "length"
+    assert chat.usage.completion_tokens == 10 and _spec(chat)["rounds"] > 0
+    from sparkdec.tokenizer import Tokenizer
+
+    rendered = Tokenizer(pair[0]).apply_chat_template(messages)
+    comp = client.completions.create(model=MODEL, prompt=rendered, max_tokens=10, extra_body=LONG, **GREEDY)
+    assert comp.choices[0].text == msg.content
+    assert comp.usage.prompt_tokens == chat.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat.completions"])
+def test_stream_equals_non_stream(server, endpoint):
+    client = server.client()
+    kw = dict(max_tokens=20, extra_body=LONG, **GREEDY)
+    if endpoint == "completions":
+        create, kw["prompt"] = client.completions.create, "import os\nimport sys\n"
+    else:
+        create, kw["messages"] = client.chat.completions.create, [{"role": "user", "content": "Hello there"}]
+    full = create(model=MODEL, **kw)
+    chat = endpoint != "completions"
+    full_text = full.choices[0].message.content if chat else full.choices[0].text
+    text, chunks = _stream_text(create, chat, stream_options={"include_usage": True}, **kw)
+    assert text == full_text
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
+    assert finals[0].model_extra["speculative"] == _spec(full)  # same rounds and acceptance, greedy
+    assert chunks[-1].usage.completion_tokens == 20 and not chunks[-1].choices
+
+
+def test_stream_with_stop_string_equals_non_stream(server):
+    client = server.client()
+    kw = dict(model=MODEL, prompt="class Stack:\n    def push(self, x):", max_tokens=24, extra_body=LONG, **GREEDY)
+    free = client.completions.create(**kw).choices[0].text
+    # a stop string that first occurs after the start, with no U+FFFD (a transient incomplete character)
+    start = next(i for i in range(6, len(free) - 3) if "\ufffd" not in free[i:i + 3])
+    stop = free[start:start + 3]
+    expected = free[:free.find(stop)]
+    stopped = client.completions.create(stop=[stop], **kw).choices[0]
+    assert stopped.text == expected and stopped.finish_reason == "stop"
+    text, _ = _stream_text(client.completions.create, stop=[stop], **{k: v for k, v in kw.items() if k != "model"})
+    assert text == expected
+
+
+def test_greedy_identical_with_speculation_on_and_off(server):
+    client = server.client()
+    prompts = ["def add(a, b):", "for i in range(10):\n"]
+    for prompt in prompts:
+        outs = {}
+        for name, extra in [("off", {"speculative": False}), ("on", {"speculative": True}),
+                            ("len1", {"speculative": True, "verify_len": 1}),
+                            ("conf", {"speculative": True, "min_confidence": 0.5})]:
+            outs[name] = client.completions.create(model=MODEL, prompt=prompt, max_tokens=16,
+                                                   extra_body={**LONG, **extra}, **GREEDY)
+        texts = {name: r.choices[0].text for name, r in outs.items()}
+        assert len(set(texts.values())) == 1, texts
+        assert _spec(outs["off"])["rounds"] == 0 and not _spec(outs["off"])["enabled"]
+        assert _spec(outs["on"])["rounds"] > 0
+        assert _spec(outs["len1"])["num_draft_tokens"] <= _spec(outs["len1"])["rounds"]
+
+
+def test_seeded_sampling_is_reproducible_and_streams_the_same(server):
+    client = server.client()
+    kw = dict(model=MODEL, prompt="Once upon a time", max_tokens=16, temperature=0.9, top_p=0.95, seed=1234,
+              extra_body=LONG)
+    a = client.completions.create(**kw).choices[0].text
+    assert client.completions.create(**kw).choices[0].text == a
+    assert _stream_text(client.completions.create, **{k: v for k, v in kw.items() if k != "model"})[0] == a
+
+
+def test_64_concurrent_streams_equal_their_single_request_outputs(server):
+    client = server.client()
+    names = [n for n in dir(builtins) if n.islower()]
+    prompts = [f"value = {names[i * 7 % len(names)]}({i}) and {names[i]}" for i in range(64)]
+    kw = dict(max_tokens=8, extra_body=LONG, **GREEDY)
+    single = [client.completions.create(model=MODEL, prompt=p, **kw).choices[0].text for p in prompts]
+    assert len(set(single)) > 16  # the outputs differ, so a mix-up between requests would show
+
+    async def run_all():
+        aclient = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+        async def one(p):
+            stream = await aclient.completions.create(model=MODEL, prompt=p, stream=True, **kw)
+            parts, finish = [], None
+            async for chunk in stream:
+                if chunk.choices:
+                    parts.append(chunk.choices[0].text)
+                    finish = chunk.choices[0].finish_reason or finish
+            return "".join(parts), finish
+
+        try:
+            return await asyncio.gather(*(one(p) for p in prompts))
+        finally:
+            await aclient.close()
+
+    results = asyncio.run(run_all())
+    assert [r[1] for r in results] == ["length"] * 64
+    assert [r[0] for r in results] == single
+
+
+def _error_of(resp: httpx.Response) -> dict:
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    return err
+
+
+def test_bad_inputs_get_status_and_message(server):
+    url = server.url + "/v1/completions"
+    ok = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    cases = [
+        (b'{"model": "tiny", "prompt": ', 400, "not valid JSON"),
+        (b'["a list"]', 400, "JSON object"),
+        ({**ok, "model": "gpt-4"}, 404, "does not exist"),
+        ({**ok, "n": 2}, 400, "n must be 1"),
+        ({**ok, "temperature": -1}, 400, "temperature"),
+        ({**ok, "top_p": 0}, 400, "top_p"),
+        ({**ok, "max_tokens": 0}, 400, "max_tokens"),
+        ({**ok, "min_confidence": 2.0}, 400, "min_confidence"),
+        ({**ok, "prompt": ""}, 400, "empty"),
+        ({**ok, "prompt": [10**9]}, 400, "vocabulary"),
+        ({**ok, "prompt": "hello world " * 2000}, 400, "context window"),
+        ({**ok, "max_tokens": "many"}, 422, "max_tokens"),
+        ({"model": MODEL}, 422, "prompt"),
+    ]
+    for body, status, words in cases:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        resp = httpx.post(url, content=content, headers={"content-type": "application/json"}, timeout=30)
+        assert resp.status_code == status, (body if isinstance(body, bytes) else str(body)[:80], resp.text)
+        assert words in _error_of(resp)["message"], resp.text
+    chat = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": []}, timeout=30)
+    assert chat.status_code == 422 and "messages" in _error_of(chat)["message"]
+    # the official client maps them to its exception types
+    client = server.client()
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x")
+    with pytest.raises(openai.BadRequestError, match="context window"):
+        client.completions.create(model=MODEL, prompt="x " * 3000)
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=3)
+    # the server still serves after all of that
+    assert client.completions.create(model=MODEL, prompt="hi", max_tokens=2).usage.completion_tokens == 2
+
+
+def _poll(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_disconnect_mid_stream_aborts_and_frees_pages(server):
+    assert _poll(lambda: server.metric("sparkdec:kv_cache_pages_used") == 0)
+    aborted = server.metric("sparkdec:request_success_total", '{finished_reason="abort"}')
+    body = {"model": MODEL, "prompt": "while True:", "max_tokens": 900, "stream": True, "ignore_eos": True}
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", server.url + "/v1/completions", json=body) as resp:
+            assert resp.status_code == 200
+            lines = resp.iter_lines()
+            got = []
+            for line in lines:  # NOTE: break, not a dropped generator: that would close the stream itself
+                if line.startswith("data: "):
+                    got.append(line)
+                    if len(got) == 3:
+                        break
+            assert len(got) == 3 and server.metric("sparkdec:kv_cache_pages_used") > 0
+        # leaving the block closes the connection mid-stream
+    assert _poll(lambda: server.metric("sparkdec:kv_cache_pages_used") == 0), server.log_tail()
+    assert _poll(lambda: server.metric("sparkdec:request_success_total", '{finished_reason="abort"}') == aborted + 1)
+    assert server.metric("sparkdec:kv_cache_pages_total") > 0
+    assert server.metric("sparkdec:spec_decode_num_drafts_total") > 0
+    assert server.metric("sparkdec:spec_decode_num_accepted_tokens_per_pos_total", '{position="0"}') >= 0
+    assert server.metric("sparkdec:time_to_first_token_seconds_count") > 0
+
+
+def test_full_server_gets_503_then_recovers(small_server):
+    small_server = small_server()
+    body = {"model": MODEL, "prompt": "x = 1", "max_tokens": 900, "stream": True, "ignore_eos": True}
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", small_server.url + "/v1/completions", json=body) as resp:
+            lines = resp.iter_lines()  # NOTE: keep it referenced: a dropped httpx line iterator closes the stream
+            assert next(lines).startswith("data: ")
+            busy = httpx.post(small_server.url + "/v1/completions", json={"model": MODEL, "prompt": "y"}, timeout=30)
+            assert busy.status_code == 503 and _error_of(busy)["code"] == "server_overloaded"
+            with pytest.raises(openai.APIStatusError) as info:
+                small_server.client().completions.create(model=MODEL, prompt="y", max_tokens=2)
+            assert info.value.status_code == 503
+    client = small_server.client()
+    assert _poll(lambda: httpx.post(small_server.url + "/v1/completions", json={"model": MODEL, "prompt": "y",
+                                                                                "max_tokens": 2}).status_code == 200)
+    assert client.completions.create(model=MODEL, prompt="z", max_tokens=3).usage.completion_tokens == 3
+
+
+def test_sigterm_drains_in_flight_requests_then_exits(small_server):
+    small_server = small_server()
+    body = {"model": MODEL, "prompt": "def main():", "max_tokens": 400, "stream": True, "ignore_eos": True,
+            "temperature": 0}
+    events: list[str] = []
+    started = threading.Event()
+
+    def consume():
+        with httpx.stream("POST", small_server.url + "/v1/completions", json=body, timeout=120) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    started.set()
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    assert started.wait(60)
+    small_server.proc.send_signal(signal.SIGTERM)
+    assert _poll(lambda: httpx.get(small_server.url + "/health").status_code == 503, 30)
+    late = httpx.post(small_server.url + "/v1/completions", json={"model": MODEL, "prompt": "late"}, timeout=30)
+    assert late.status_code == 503 and _error_of(late)["code"] == "server_draining"
+    reader.join(120)
+    assert events[-1] == "[DONE]"
+    final = json.loads(events[-2])
+    assert final["choices"][0]["finish_reason"] == "length"
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+    assert small_server.proc.wait(60) == 0, small_server.log_tail()
+    assert text  # the whole answer came through before the exit
