@@ -16,16 +16,47 @@ class ModelRunner:
         self.page_size = page_size
         dtype = target.lm_head.weight.dtype
         tc = target_cfg
-        self.kv = KVCache(tc.num_hidden_layers, num_pages, page_size, tc.num_key_value_heads, tc.head_dim, dtype, device)
+        # NOTE: one page past the allocator's range is a trash page for the padding rows of CUDA graphs
+        self.kv = KVCache(tc.num_hidden_layers, num_pages + 1, page_size, tc.num_key_value_heads, tc.head_dim, dtype, device)
+        self.trash_page = num_pages
+        self.max_positions = max_positions
+        self.graphs = None
         target.setup_rope(max_positions, device)
         self.tap_layers: tuple[int, ...] = ()
         self.draft_kv = None
         if drafter is not None:
             lc = draft_cfg.layers
-            self.draft_kv = KVCache(lc.num_hidden_layers, num_pages, page_size, lc.num_key_value_heads, lc.head_dim,
+            self.draft_kv = KVCache(lc.num_hidden_layers, num_pages + 1, page_size, lc.num_key_value_heads, lc.head_dim,
                                     dtype, device)
             drafter.setup_rope(max_positions, device)
             self.tap_layers = draft_cfg.target_layer_ids
+
+    def enable_graphs(self, max_seqs: int) -> None:
+        from sparkdec.engine.graphs import TargetGraphs
+
+        self.graphs = TargetGraphs(self, max_seqs, self.max_positions, self.trash_page)
+        self.graphs.capture()
+
+    def forward_rows(self, ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """Target forward + drafter context write + logits of every row: [T, V] float32."""
+        hidden, taps = self.target(ids, ctx, self.kv.layers, self.tap_layers)
+        if self.drafter is not None:
+            self.drafter.write_context(taps, ctx.positions, ctx.slot_mapping, self.draft_kv.layers)
+        return self.target.logits(hidden)
+
+    @torch.inference_mode()
+    def verify(self, pieces, logit_rows: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """Packed causal forward of all pieces; logits [R, V] and their argmax (one device->host read)
+        for the rows in logit_rows. Replays a CUDA graph when one fits."""
+        num_tokens = sum(len(p[1]) for p in pieces)
+        tier = self.graphs.tier_for(num_tokens, len(pieces)) if self.graphs is not None else None
+        if tier is not None:
+            logits, argmax = self.graphs.run(pieces, tier)
+            idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
+            return logits[idx], argmax[idx].tolist()
+        hidden, _ = self.target_forward(pieces)
+        logits = self.logits(hidden[torch.tensor(logit_rows, dtype=torch.long, device=hidden.device)])
+        return logits, logits.argmax(-1).tolist()
 
     @torch.inference_mode()
     def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]]) -> tuple[torch.Tensor, ForwardContext]:

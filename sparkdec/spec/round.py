@@ -79,9 +79,7 @@ class RoundRunner:
             if b == len(seq.prompt_ids):
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
-        hidden, _ = self.runner.target_forward(pieces)
-        logits = self.runner.logits(hidden[torch.tensor(logit_rows, dtype=torch.long, device=hidden.device)])
-        argmax = logits.argmax(-1).tolist()  # NOTE: the one device->host read of the verify
+        logits, argmax = self.runner.verify(pieces, logit_rows)  # NOTE: the one device->host read of the verify
         t2 = time.perf_counter()
         touched = []
         for seq, r0, n in spans:
