@@ -334,6 +334,11 @@ def test_disconnect_mid_stream_aborts_and_frees_pages(server):
         # leaving the block closes the connection mid-stream
     assert _poll(lambda: server.metric("sparkdec:kv_cache_pages_used") == 0), server.log_tail()
     assert _poll(lambda: server.metric("sparkdec:request_success_total", '{finished_reason="abort"}') == aborted + 1)
+    # a non-streaming client that gives up is aborted too
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(server.url + "/v1/completions", json={**body, "stream": False}, timeout=0.3)
+    assert _poll(lambda: server.metric("sparkdec:request_success_total", '{finished_reason="abort"}') == aborted + 2)
+    assert _poll(lambda: server.metric("sparkdec:kv_cache_pages_used") == 0)
     assert server.metric("sparkdec:kv_cache_pages_total") > 0
     assert server.metric("sparkdec:spec_decode_num_drafts_total") > 0
     assert server.metric("sparkdec:spec_decode_num_accepted_tokens_per_pos_total", '{position="0"}') >= 0
@@ -386,3 +391,12 @@ def test_sigterm_drains_in_flight_requests_then_exits(small_server):
     text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
     assert small_server.proc.wait(60) == 0, small_server.log_tail()
     assert text  # the whole answer came through before the exit
+
+
+def test_stable_prefix_holds_back_what_may_still_change():
+    from sparkdec.server.streaming import stable_prefix
+
+    assert stable_prefix("abc\ufffd", ()) == "abc"  # an incomplete UTF-8 character
+    assert stable_prefix("x = 1\nEN", ("END",)) == "x = 1\n"  # may become the stop string
+    assert stable_prefix("x = 1\nEX", ("END",)) == "x = 1\nEX"
+    assert stable_prefix("ab", ("abc", "b")) == ""

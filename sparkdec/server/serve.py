@@ -1,5 +1,6 @@
-"""`sparkdec serve`: build the engine, run uvicorn, and drain on SIGTERM (503 for new requests, in-flight
-requests finish, then exit 0). A second signal falls back to uvicorn's own shutdown."""
+"""`sparkdec serve`: build the engine, run uvicorn, and drain on SIGTERM or Ctrl-C (new requests get 503,
+in-flight requests finish, then exit 0). A second signal starts uvicorn's own graceful shutdown (stop accepting
+connections, wait for responses); a third Ctrl-C forces the exit."""
 from __future__ import annotations
 
 import argparse
