@@ -46,22 +46,27 @@ def _resolve_paths(cfg: EngineConfig) -> tuple[str, str | None]:
     return str(DEFAULT_PAIR / "target"), draft
 
 
-class Engine:
-    def __init__(self, cfg: EngineConfig = EngineConfig()):
-        from sparkdec.models.draft_loader import load_draft
-        from sparkdec.models.loader import load_target
-        from sparkdec.tokenizer import Tokenizer
+def load_models(cfg: EngineConfig, device: torch.device):
+    """-> (target, target_cfg, drafter or None, draft_cfg or None, tokenizer or None) from checkpoint folders."""
+    from sparkdec.models.draft_loader import load_draft
+    from sparkdec.models.loader import load_target
+    from sparkdec.tokenizer import Tokenizer
 
+    model_path, draft_path = _resolve_paths(cfg)
+    target, target_cfg = load_target(model_path, device, cfg.dtype)
+    drafter, draft_cfg = load_draft(draft_path, target, target_cfg, device) if draft_path else (None, None)
+    tokenizer = Tokenizer(model_path) if (Path(model_path).expanduser() / "tokenizer.json").is_file() else None
+    return target, target_cfg, drafter, draft_cfg, tokenizer
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig = EngineConfig(), models: tuple | None = None):
+        """models: prebuilt (target, target_cfg, drafter, draft_cfg, tokenizer), e.g. random weights for benchmarks."""
         if cfg.accept_mode not in ACCEPT_MODES:
             raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
         self.config = cfg
-        model_path, draft_path = _resolve_paths(cfg)
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.target, self.target_cfg = load_target(model_path, self.device, cfg.dtype)
-        self.drafter, self.draft_cfg = (None, None)
-        if draft_path is not None:
-            self.drafter, self.draft_cfg = load_draft(draft_path, self.target, self.target_cfg, self.device)
-        self.tokenizer = Tokenizer(model_path) if (Path(model_path).expanduser() / "tokenizer.json").is_file() else None
+        self.target, self.target_cfg, self.drafter, self.draft_cfg, self.tokenizer = models or load_models(cfg, self.device)
         self.max_model_len = cfg.max_model_len or self.target_cfg.max_position_embeddings
         gamma = self.draft_cfg.block_size if self.draft_cfg else 0
         num_pages = self._num_pages(cfg)

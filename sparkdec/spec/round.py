@@ -24,6 +24,7 @@ class RoundRunner:
     def __init__(self, runner, policy, accept_mode: str, decode):
         self.runner, self.policy, self.accept_mode, self.decode = runner, policy, accept_mode, decode
         self.timing = {"propose": 0.0, "verify": 0.0, "accept": 0.0, "host": 0.0, "steps": 0}
+        self.simulate = None  # spec.simulate.SimulatedAcceptance: benchmarks only
 
     def _sampled_drafts(self, seq: Sequence) -> bool:
         return self.accept_mode == "rejection" and not seq.params.greedy
@@ -45,6 +46,8 @@ class RoundRunner:
 
     def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
         s = seq.anchor_position
+        if self.simulate is not None:
+            return self.simulate.accept(argmax, drafts)
         if seq.params.greedy:
             return accept_greedy(argmax, drafts)
         if self.accept_mode == "rejection" and drafts:

@@ -1,0 +1,40 @@
+"""`sparkdec bench kernels`: registers the benchmark subcommands."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def cmd_kernels(args: argparse.Namespace) -> int:
+    from sparkdec.bench.kernels import main
+
+    res = main(tuple(args.shapes.split(",")), tuple(int(c) for c in args.contexts.split(",")),
+               peer=not args.no_peer, simulate=not args.no_sim)
+    res.update(date=datetime.date.today().isoformat(), commit=_commit(), command="sparkdec bench kernels "
+               f"--shapes {args.shapes} --contexts {args.contexts}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+    print(json.dumps(res))
+    return 0
+
+
+def register(sub, add_engine_args, engine_kwargs) -> None:
+    b = sub.add_parser("bench", help="benchmarks (run on a GPU)")
+    bsub = b.add_subparsers(dest="bench_command", required=True)
+    k = bsub.add_parser("kernels", help="decode/verify/propose cost against the memory floor, random weights")
+    k.add_argument("--shapes", default="qwen3-4b,qwen3-8b")
+    k.add_argument("--contexts", default="1024,8192")
+    k.add_argument("--no-peer", action="store_true", help="skip the Hugging Face eager peer")
+    k.add_argument("--no-sim", action="store_true", help="skip the simulated-acceptance rounds")
+    k.add_argument("--out", help="write the JSON here too")
+    k.set_defaults(func=cmd_kernels)

@@ -1,0 +1,190 @@
+"""`sparkdec bench kernels`: decode, verify(t), propose and round anatomy against the memory floor, on the device.
+
+Random bf16 weights in the real shapes (valid for speed only). Everything is measured in one run: copy
+bandwidth, the floor it implies, our engine, and Hugging Face eager generate as a peer.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from sparkdec.bench.shapes import SHAPES, param_bytes, random_models
+from sparkdec.engine.llm_engine import Engine, EngineConfig
+from sparkdec.sampling import SamplingParams
+from sparkdec.spec.simulate import SimulatedAcceptance
+
+
+def copy_bandwidth(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy, bytes read + written per second (median of 20)."""
+    x = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    y = torch.empty_like(x)
+    times = []
+    for _ in range(23):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        y.copy_(x)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del x, y
+    return 2 * nbytes / statistics.median(times[3:])
+
+
+def wall(fn, reps: int = 30, warmup: int = 5) -> float:
+    """Median wall seconds of fn() including its host work and final sync."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def fit_line(xs, ys) -> tuple[float, float]:
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def make_engine(models, ctx: int, spec: bool) -> Engine:
+    cfg = EngineConfig(device="cuda", max_model_len=ctx + 1024, kv_cache_tokens=4 * (ctx + 1100),
+                       max_num_seqs=4, max_batched_tokens=max(2048, ctx), speculative=spec)
+    return Engine(cfg, models=models)
+
+
+def prefill(engine: Engine, ctx: int, max_tokens: int, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, 150000, (ctx,), generator=gen).tolist()
+    seq = engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    while not seq.prefill_done or not seq.output_ids:
+        engine.step()
+    return seq
+
+
+def decode_ms(engine: Engine, seq, steps: int) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    n0 = len(seq.output_ids)
+    while not seq.finished and len(seq.output_ids) - n0 < steps:
+        engine.step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / (len(seq.output_ids) - n0) * 1e3
+
+
+def verify_times(engine: Engine, seq) -> dict:
+    """verify(t): one packed forward of t rows at the sequence's end (graph replay + host + readback)."""
+    s = seq.anchor_position
+    out = {}
+    for t in range(1, 9):
+        pieces = [(seq.block_table, [seq.anchor] * t, list(range(s, s + t)))]
+        out[t] = wall(lambda: engine.runner.verify(pieces, list(range(t)))) * 1e3
+    return out
+
+
+def propose_time(engine: Engine, seq) -> float:
+    r = engine.runner
+    pick = lambda z, k: z.argmax(-1)
+    return wall(lambda: r.propose([seq.block_table], [seq.anchor], [seq.anchor_position], pick)[0].tolist()) * 1e3
+
+
+def propose_floor_bytes(engine: Engine) -> int:
+    d = engine.drafter
+    dc = engine.draft_cfg
+    vocab_bytes = 2 * d.markov_head.markov_w1.weight.numel()
+    lm_head = engine.target.lm_head.weight
+    return (param_bytes(d) - 2 * vocab_bytes  # layers, fc, norms, heads (W1 rows are gathered, not streamed)
+            + lm_head.numel() * lm_head.element_size()  # base logits of all γ slots in one pass
+            + dc.block_size * d.markov_head.markov_w2.weight.numel() * 2)  # W2 streamed once per slot
+
+
+def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
+    out = {}
+    for al in range(1, 8):
+        eng = make_engine(models, ctx, spec=True)
+        eng.rounds.simulate = SimulatedAcceptance(al)
+        seq = prefill(eng, ctx, new_tokens)
+        t0 = {k: v for k, v in eng.rounds.timing.items()}
+        ms = decode_ms(eng, seq, new_tokens)
+        steps = eng.rounds.timing["steps"] - t0["steps"]
+        anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("propose", "verify", "accept")}
+        out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": ms * al, **{f"{k}_ms": v for k, v in anatomy.items()}}
+        del eng
+    return out
+
+
+def hf_peer(models, ctx: int, new_tokens: int = 32) -> float | None:
+    """Hugging Face transformers eager generate on the same weights -> tokens/s (decode only)."""
+    try:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+    except ImportError:
+        return None
+    tc = models[1]
+    hf_cfg = Qwen3Config(vocab_size=tc.vocab_size, hidden_size=tc.hidden_size, intermediate_size=tc.intermediate_size,
+                         num_hidden_layers=tc.num_hidden_layers, num_attention_heads=tc.num_attention_heads,
+                         num_key_value_heads=tc.num_key_value_heads, head_dim=tc.head_dim, rope_theta=tc.rope_theta,
+                         tie_word_embeddings=tc.tie_word_embeddings, max_position_embeddings=tc.max_position_embeddings)
+    with torch.device("meta"):
+        hf = Qwen3ForCausalLM(hf_cfg)
+    hf.load_state_dict(models[0].state_dict(), assign=True, strict=False)
+    hf = hf.to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, 150000, (1, ctx), device="cuda")
+    kw = dict(do_sample=False, attention_mask=torch.ones_like(ids))
+    hf.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    hf.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+    torch.cuda.synchronize()
+    t_prefill = time.perf_counter() - t
+    t = time.perf_counter()
+    hf.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
+    torch.cuda.synchronize()
+    return (new_tokens - 1) / (time.perf_counter() - t - t_prefill)
+
+
+def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool) -> dict:
+    models = random_models(shape)
+    tc = SHAPES[shape]
+    weights = param_bytes(models[0])
+    kv_bytes = 2 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim * 2 * ctx
+    floor_ms = (weights + kv_bytes) / bw * 1e3
+    plain = make_engine(models, ctx, spec=False)
+    seq = prefill(plain, ctx, 200)
+    dec = decode_ms(plain, seq, 128)
+    res = {"shape": shape, "ctx": ctx, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
+           "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec, "fraction_of_floor": floor_ms / dec}
+    spec = make_engine(models, ctx, spec=True)
+    sseq = prefill(spec, ctx, 64)
+    vt = verify_times(spec, sseq)
+    a, b = fit_line(list(vt), list(vt.values()))
+    prop = propose_time(spec, sseq)
+    pbytes = propose_floor_bytes(spec)
+    res.update(verify_ms=vt, verify_fit_a_ms=a, verify_fit_b_ms=b, verify8_over_verify1=vt[8] / vt[1],
+               propose_ms=prop, propose_floor_ms=pbytes / bw * 1e3, propose_over_floor=prop / (pbytes / bw * 1e3))
+    del plain, spec
+    if with_sim:
+        res["simulated"] = simulated_rounds(models, ctx, 96)
+    if with_peer:
+        res["hf_eager_tokens_per_s"] = hf_peer(models, ctx)
+        res["speedup_vs_hf"] = res["plain_tokens_per_s"] / res["hf_eager_tokens_per_s"]
+    del models
+    torch.cuda.empty_cache()
+    return res
+
+
+def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True) -> dict:
+    bw = copy_bandwidth()
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_Bps": bw, "runs": []}
+    for shape in shapes:
+        for i, ctx in enumerate(contexts):
+            r = bench_shape(shape, ctx, bw, with_peer=peer and i == 0, with_sim=simulate and i == 0)
+            results["runs"].append(r)
+            print(f"{shape} ctx {ctx}: plain {r['plain_decode_ms']:.2f} ms/token ({r['fraction_of_floor']:.0%} of floor "
+                  f"{r['floor_ms']:.2f} ms), verify(1) {r['verify_ms'][1]:.2f} verify(8) {r['verify_ms'][8]:.2f} ms, "
+                  f"propose {r['propose_ms']:.2f} ms (floor {r['propose_floor_ms']:.2f})", flush=True)
+    return results
