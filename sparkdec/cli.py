@@ -94,14 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
     for module in ("sparkdec.server.app", "sparkdec.bench.cli", "sparkdec.train.cli"):
         try:
             __import__(module, fromlist=["register"]).register(sub, add_engine_args, engine_kwargs)
-        except ImportError as exc:
-            if exc.name is None or not exc.name.startswith(module):
-                raise
+        except ImportError as exc:  # an optional part whose dependencies are not installed here
+            missing[module] = exc
     return parser
 
 
+missing: dict[str, ImportError] = {}
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit:
+        for module, exc in missing.items():
+            print(f"sparkdec: note: {module} unavailable ({exc}); install sparkdec with its dependencies", file=sys.stderr)
+        raise
     try:
         code = args.func(args)
     except SparkdecError as exc:

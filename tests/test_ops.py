@@ -23,7 +23,7 @@ from sparkdec.ops.attention import paged_attention
 from sparkdec.ops.triton_attention import triton_paged_attention
 
 torch.manual_seed(0)
-hq, hkv, d, ps = 8, 2, 32, 16
+hq, hkv, d, ps = 8, 2, 24, 16
 kc, vc = torch.randn(64 * ps, hkv, d), torch.randn(64 * ps, hkv, d)
 rows = [(list(range(0, 40)), list(range(300, 305)), False), (list(range(40, 64)), list(range(100, 104)), True),
         (list(range(0, 40)), [3], False)]

@@ -151,4 +151,7 @@ class Engine:
         return touched
 
     def abort(self, request_id: str) -> Sequence | None:
-        return self.scheduler.abort(request_id)
+        seq = self.scheduler.abort(request_id)
+        if seq is not None:
+            seq.finish_time = time.perf_counter()
+        return seq

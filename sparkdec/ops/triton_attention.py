@@ -18,8 +18,8 @@ BLOCK_N = 64
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr, scale,
                   stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits,
-                  GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, SPLIT_N: tl.constexpr,
-                  BLOCK: tl.constexpr):
+                  GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                  SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -29,19 +29,22 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr
         return
     seq = tl.load(seq_ptr + row)
     g = tl.arange(0, GROUP_PAD)
-    d = tl.arange(0, D)
+    d = tl.arange(0, D_PAD)
+    dm = d < D
     heads = kvh * GROUP + g
-    q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None], other=0.0)
+    q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None] & dm[None, :],
+                other=0.0)
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, D], tl.float32)
+    acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
     for i in range(0, SPLIT_N // BLOCK):
         pos = start + i * BLOCK + tl.arange(0, BLOCK)
         valid = pos < kv_len
         page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=valid, other=0)
         slot = page.to(tl.int64) * page_size + pos % page_size
-        k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=valid[:, None], other=0.0)
+        kv_mask = valid[:, None] & dm[None, :]
+        k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale  # [G, BLOCK]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -51,28 +54,29 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
         m_i = m_new
     base = (row * (GROUP * tl.num_programs(1)) + heads) * num_splits + split
-    tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=(g < GROUP)[:, None])
+    tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=(g < GROUP)[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=g < GROUP)
     tl.store(ml_ptr + base * 2 + 1, l_i, mask=g < GROUP)
 
 
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
-                    SPLIT_N: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr):
+                    SPLIT_N: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)
     sp = tl.arange(0, SPLITS_PAD)
-    d = tl.arange(0, D)
+    d = tl.arange(0, D_PAD)
+    dm = d < D
     base = (row * num_heads + h) * num_splits
     live = sp < used
     m = tl.load(ml_ptr + (base + sp) * 2, mask=live, other=float("-inf"))
     w = tl.where(live, tl.exp(m - tl.max(m, 0)), 0.0)
     total = tl.sum(w * tl.load(ml_ptr + (base + sp) * 2 + 1, mask=live, other=0.0), 0)
-    parts = tl.load(acc_ptr + (base + sp)[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
+    parts = tl.load(acc_ptr + (base + sp)[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
     # NOTE: a fixed-shape reduction over all splits: the order depends on nothing but the row itself
     acc = tl.sum(parts * w[:, None], 0)
-    tl.store(out_ptr + row * stride_ot + h * stride_oh + d, (acc / total).to(out_ptr.dtype.element_ty))
+    tl.store(out_ptr + row * stride_ot + h * stride_oh + d, (acc / total).to(out_ptr.dtype.element_ty), mask=dm)
 
 
 def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -88,8 +92,9 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     _split_kernel[(t, hkv, splits)](q, k_cache, v_cache, block_tables, row_seq, row_kv_len, acc, ml, scale,
                                     q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
                                     block_tables.stride(0), page_size, splits, GROUP=group,
-                                    GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, SPLIT_N=SPLIT, BLOCK=BLOCK_N)
+                                    GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
+                                    SPLIT_N=SPLIT, BLOCK=BLOCK_N)
     out = torch.empty_like(q)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
-                               SPLITS_PAD=triton.next_power_of_2(splits), D=d)
+                               SPLITS_PAD=triton.next_power_of_2(splits), D=d, D_PAD=max(16, triton.next_power_of_2(d)))
     return out

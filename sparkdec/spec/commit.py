@@ -19,7 +19,8 @@ def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
         done = seq.append(token)
         if seq.params.stop and decode is not None:
             text = decode(seq.output_ids)
-            cut = find_stop(text, seq.params.stop)
+            # NOTE: a trailing U+FFFD is an incomplete UTF-8 character that later tokens may complete
+            cut = find_stop(text if done else text.rstrip("\ufffd"), seq.params.stop)
             if cut >= 0:
                 seq.text, seq.finish_reason = text[:cut], "stop"
                 return n
