@@ -5,6 +5,7 @@ bandwidth, the floor it implies, our engine, and Hugging Face eager generate as 
 """
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -129,10 +130,14 @@ def hf_peer(models, ctx: int, new_tokens: int = 32) -> float | None:
                          num_hidden_layers=tc.num_hidden_layers, num_attention_heads=tc.num_attention_heads,
                          num_key_value_heads=tc.num_key_value_heads, head_dim=tc.head_dim, rope_theta=tc.rope_theta,
                          tie_word_embeddings=tc.tie_word_embeddings, max_position_embeddings=tc.max_position_embeddings)
-    with torch.device("meta"):
-        hf = Qwen3ForCausalLM(hf_cfg)
-    hf.load_state_dict(models[0].state_dict(), assign=True, strict=False)
-    hf = hf.to("cuda", torch.bfloat16).eval()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("cuda"):
+            hf = Qwen3ForCausalLM(hf_cfg)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    hf.load_state_dict(models[0].state_dict(), strict=False)
+    hf = hf.eval()
     ids = torch.randint(0, 150000, (1, ctx), device="cuda")
     kw = dict(do_sample=False, attention_mask=torch.ones_like(ids))
     hf.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
@@ -169,9 +174,13 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     del plain, spec
     if with_sim:
         res["simulated"] = simulated_rounds(models, ctx, 96)
+    print(json.dumps(res), flush=True)
     if with_peer:
-        res["hf_eager_tokens_per_s"] = hf_peer(models, ctx)
-        res["speedup_vs_hf"] = res["plain_tokens_per_s"] / res["hf_eager_tokens_per_s"]
+        try:
+            res["hf_eager_tokens_per_s"] = hf_peer(models, ctx)
+            res["speedup_vs_hf"] = res["plain_tokens_per_s"] / res["hf_eager_tokens_per_s"]
+        except Exception as exc:  # the peer is informative; never lose our own numbers to it
+            res["hf_eager_error"] = repr(exc)
     del models
     torch.cuda.empty_cache()
     return res
