@@ -32,3 +32,23 @@ def test_bf16_speculative_greedy_is_bit_identical(target, tmp_path):
     diff = sum(a != b for o, r in zip(outs, ref) for a, b in zip(o.token_ids, r.token_ids))
     assert diff == 0
     assert sum(o.stats["mean_acceptance_length"] for o in outs) / len(outs) >= 2.0
+
+
+def test_fused_kernels_match_reference_ops_in_bf16():
+    from sparkdec.ops import triton_fused as tf
+    from sparkdec.ops.norms import rms_norm
+    from sparkdec.ops.rope import RotaryTable
+
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    x, r, w = (torch.randn(37, 2560, device=dev, dtype=dt) for _ in range(2)), None, torch.randn(2560, device=dev, dtype=dt)
+    x, r = x
+    close = lambda a, b: torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    assert close(tf.rms_norm(x, w, 1e-6), rms_norm(x, w, 1e-6))
+    out, h = tf.rms_norm(x, w, 1e-6, residual=r)
+    assert torch.equal(h, x + r) and close(out, rms_norm(x + r, w, 1e-6))
+    rope = RotaryTable(128, 1e6, 4096, dev)
+    q, wq, pos = torch.randn(37, 32, 128, device=dev, dtype=dt), torch.randn(128, device=dev, dtype=dt), torch.randint(0, 4096, (37,), device=dev)
+    assert close(tf.head_norm_rope(q, wq, 1e-6, rope.cos, rope.sin, pos), rope.apply(rms_norm(q, wq, 1e-6), pos))
+    gu = torch.randn(37, 2 * 9728, device=dev, dtype=dt)
+    assert close(tf.silu_mul(gu), torch.nn.functional.silu(gu[:, :9728]) * gu[:, 9728:])

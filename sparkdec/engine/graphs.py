@@ -88,3 +88,74 @@ class TargetGraphs:
         graph, logits, argmax = self.graphs[tier]
         graph.replay()
         return logits, argmax
+
+
+PROPOSE_TIERS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class ProposeGraphs:
+    """CUDA graphs of the greedy propose: drafter block forward, Markov chain and confidence head, per batch tier."""
+
+    def __init__(self, runner, max_seqs: int, max_positions: int, trash_page: int):
+        self.runner = runner
+        dev, self.page_size = runner.device, runner.page_size
+        self.gamma = runner.draft_cfg.block_size
+        self.tiers = tuple(b for b in PROPOSE_TIERS if b <= max(max_seqs, 1)) or (1,)
+        b, pages = max(self.tiers), -(-max_positions // self.page_size)
+        self.max_positions = max_positions
+        self.anchors = torch.zeros(b, dtype=torch.long, device=dev)
+        self.positions = torch.zeros(b * self.gamma, dtype=torch.long, device=dev)
+        self.slots = torch.full((b * self.gamma,), trash_page * self.page_size, dtype=torch.long, device=dev)
+        self.row_seq = torch.zeros(b * self.gamma, dtype=torch.int32, device=dev)
+        self.row_len = torch.full((b * self.gamma,), self.gamma, dtype=torch.int32, device=dev)
+        self.tables = torch.full((b, pages), trash_page, dtype=torch.long, device=dev)
+        self.trash_slot = trash_page * self.page_size
+        self.graphs: dict[int, tuple] = {}
+
+    def _forward(self, b: int):
+        n = b * self.gamma
+        ctx = ForwardContext(positions=self.positions[:n], slot_mapping=self.slots[:n], block_tables=self.tables,
+                             page_size=self.page_size, row_seq=self.row_seq[:n], row_kv_len=self.row_len[:n],
+                             max_kv_len=self.max_positions)
+        return self.runner.propose_rows(self.anchors[:b], ctx, lambda z, k: z.argmax(-1))
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for b in self.tiers:
+                self.row_seq[:b * self.gamma] = torch.arange(b, dtype=torch.int32, device=self.row_seq.device).repeat_interleave(self.gamma)
+                for _ in range(2):
+                    self._forward(b)
+        torch.cuda.current_stream().wait_stream(stream)
+        pool = None
+        for b in sorted(self.tiers, reverse=True):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                out = self._forward(b)
+            pool = graph.pool()
+            self.graphs[b] = (graph, out)
+
+    def tier_for(self, num_seqs: int) -> int | None:
+        return next((b for b in self.tiers if b >= num_seqs), None)
+
+    def run(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int):
+        """-> views of the static (drafts [tier, γ], z [tier, γ, V], confidences [tier, γ]); rows past len(anchors) are padding."""
+        g, n, pad = self.gamma, len(anchors), tier - len(anchors)
+        pos = [s + k for s in anchor_positions for k in range(g)]
+        slots = [tb[p // self.page_size] * self.page_size + p % self.page_size
+                 for tb, s in zip(tables, anchor_positions) for p in range(s, s + g)]
+        lens = [s + g for s in anchor_positions for _ in range(g)]
+        host = torch.tensor([pos + [0] * pad * g, slots + [self.trash_slot] * pad * g], dtype=torch.long)
+        self.positions[:tier * g].copy_(host[0], non_blocking=True)
+        self.slots[:tier * g].copy_(host[1], non_blocking=True)
+        self.row_len[:tier * g].copy_(torch.tensor(lens + [g] * pad * g, dtype=torch.int32), non_blocking=True)
+        self.anchors[:tier].copy_(torch.tensor(anchors + [0] * pad, dtype=torch.long), non_blocking=True)
+        width = self.tables.shape[1]
+        padded = torch.tensor([tb + [tb[-1]] * (width - len(tb)) for tb in tables], dtype=torch.long)
+        self.tables[:n].copy_(padded, non_blocking=True)
+        self.tables[n:tier].fill_(self.trash_slot // self.page_size)
+        graph, out = self.graphs[tier]
+        graph.replay()
+        return out

@@ -74,8 +74,10 @@ class Engine:
         self.runner = ModelRunner(self.target, self.target_cfg, self.drafter, self.draft_cfg, num_pages=num_pages,
                                   page_size=cfg.page_size, max_positions=self.max_model_len + gamma + 1,
                                   device=self.device)
-        if self.device.type == "cuda" and cfg.cuda_graphs:
-            self.runner.enable_graphs(cfg.max_num_seqs)
+        if self.device.type == "cuda":
+            self.runner.fuse_weights()
+            if cfg.cuda_graphs:
+                self.runner.enable_graphs(cfg.max_num_seqs)
         self.scheduler = Scheduler(self.blocks, cfg.max_num_seqs, max(cfg.max_batched_tokens, (gamma + 1) * cfg.max_num_seqs),
                                    headroom=gamma + 1)
         decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None

@@ -21,6 +21,7 @@ class ModelRunner:
         self.trash_page = num_pages
         self.max_positions = max_positions
         self.graphs = None
+        self.propose_graphs = None
         target.setup_rope(max_positions, device)
         self.tap_layers: tuple[int, ...] = ()
         self.draft_kv = None
@@ -31,11 +32,22 @@ class ModelRunner:
             drafter.setup_rope(max_positions, device)
             self.tap_layers = draft_cfg.target_layer_ids
 
+    def fuse_weights(self) -> None:
+        """CUDA path: fused qkv and gate_up products in every target and drafter layer."""
+        layers = list(self.target.model.layers) + (list(self.drafter.layers) if self.drafter is not None else [])
+        for layer in layers:
+            layer.fuse()
+
     def enable_graphs(self, max_seqs: int) -> None:
         from sparkdec.engine.graphs import TargetGraphs
 
         self.graphs = TargetGraphs(self, max_seqs, self.max_positions, self.trash_page)
         self.graphs.capture()
+        if self.drafter is not None:
+            from sparkdec.engine.graphs import ProposeGraphs
+
+            self.propose_graphs = ProposeGraphs(self, max_seqs, self.max_positions, self.trash_page)
+            self.propose_graphs.capture()
 
     def forward_rows(self, ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """Target forward + drafter context write + logits of every row: [T, V] float32."""
@@ -73,15 +85,25 @@ class ModelRunner:
     def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:
         return self.target.logits(hidden_rows)
 
+    def propose_rows(self, anchors: torch.Tensor, ctx: ForwardContext, pick):
+        """Block [x0, M, ..., M] per sequence (ctx holds its rows) -> drafts [B, γ], z [B, γ, V], conf [B, γ]."""
+        gamma, b = self.draft_cfg.block_size, anchors.shape[0]
+        ids = torch.full((b, gamma), self.draft_cfg.mask_token_id, dtype=torch.long, device=self.device)
+        ids[:, 0] = anchors
+        h = self.drafter.block_hidden(ids.view(-1), ctx, self.draft_kv.layers)  # [B*γ, d]
+        return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick)
+
     @torch.inference_mode()
-    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick):
+    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick, greedy: bool = False):
         """One drafter forward over all sequences: block [x0, M, ..., M] at s..s+γ-1 (spec §3).
-        Returns drafts [B, γ] (device), z [B, γ, V] float32, confidences [B, γ] float32."""
-        gamma, mask = self.draft_cfg.block_size, self.draft_cfg.mask_token_id
+        Returns drafts [B, γ] (device), z [B, γ, V] float32, confidences [B, γ] float32.
+        A greedy propose replays a CUDA graph when one fits."""
+        tier = self.propose_graphs.tier_for(len(anchors)) if greedy and self.propose_graphs is not None else None
+        if tier is not None:
+            drafts, z, conf = self.propose_graphs.run(tables, anchors, anchor_positions, tier)
+            n = len(anchors)
+            return drafts[:n], z[:n], conf[:n]
+        gamma = self.draft_cfg.block_size
         rows = [(bt, list(range(s, s + gamma)), True) for bt, s in zip(tables, anchor_positions)]
         ctx = build_context(rows, self.page_size, self.device)
-        ids = torch.full((len(tables), gamma), mask, dtype=torch.long, device=self.device)
-        ids[:, 0] = torch.tensor(anchors, dtype=torch.long, device=self.device)
-        h = self.drafter.block_hidden(ids.view(-1), ctx, self.draft_kv.layers)  # [B*γ, d]
-        anchor_t = ids[:, 0].clone()
-        return self.drafter.markov_chain(h.view(len(tables), gamma, -1), anchor_t, pick)
+        return self.propose_rows(torch.tensor(anchors, dtype=torch.long, device=self.device), ctx, pick)

@@ -23,6 +23,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and x.dim() == 2:
+            from sparkdec.ops import triton_fused
+
+            return triton_fused.rms_norm(x, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)
 
 
@@ -40,10 +44,37 @@ class Qwen3Attention(nn.Module):
         self.o_proj = _proj(self.num_heads * self.head_dim, cfg.hidden_size)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.qkv_weight: torch.Tensor | None = None  # fused [q; k; v] rows (CUDA path), set by fuse()
+
+    def fuse(self) -> None:
+        """Store q/k/v weights in one tensor (the parameters become views of it): one GEMM instead of three."""
+        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).detach()
+        nq, nk = self.q_proj.weight.shape[0], self.k_proj.weight.shape[0]
+        self.q_proj.weight = nn.Parameter(fused[:nq], requires_grad=False)
+        self.k_proj.weight = nn.Parameter(fused[nq:nq + nk], requires_grad=False)
+        self.v_proj.weight = nn.Parameter(fused[nq + nk:], requires_grad=False)
+        self.qkv_weight = fused
+
+    def _fused_forward(self, x, positions, slots, kv, rope, want_q: bool):
+        from sparkdec.ops import triton_fused as tf
+
+        t = x.shape[0]
+        nq, nk = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        qkv = linear(x, self.qkv_weight)  # [T, nq + 2 nk]
+        k = qkv[:, nq:nq + nk].view(t, self.num_kv_heads, self.head_dim)
+        tf.head_norm_rope(k, self.k_norm.weight, self.k_norm.eps, rope.cos, rope.sin, positions, dst=kv[0], dst_rows=slots)
+        kv[1][slots] = qkv[:, nq + nk:].view(t, self.num_kv_heads, self.head_dim)
+        if not want_q:
+            return None
+        q = qkv[:, :nq].view(t, self.num_heads, self.head_dim)
+        return tf.head_norm_rope(q, self.q_norm.weight, self.q_norm.eps, rope.cos, rope.sin, positions)
 
     def write_kv(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                  kv: tuple[torch.Tensor, torch.Tensor], rope: RotaryTable) -> None:
         """Project x [T, d] to keys/values and store them at slots [T] of kv = (k_cache, v_cache)."""
+        if self.qkv_weight is not None:
+            self._fused_forward(x, positions, slots, kv, rope, want_q=False)
+            return
         t = x.shape[0]
         k = self.k_norm(linear(x, self.k_proj.weight).view(t, self.num_kv_heads, self.head_dim))
         kv[0][slots] = rope.apply(k, positions).to(kv[0].dtype)
@@ -52,9 +83,12 @@ class Qwen3Attention(nn.Module):
     def forward(self, x: torch.Tensor, ctx: ForwardContext, kv: tuple[torch.Tensor, torch.Tensor],
                 rope: RotaryTable) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_norm(linear(x, self.q_proj.weight).view(t, self.num_heads, self.head_dim))
-        q = rope.apply(q, ctx.positions)
-        self.write_kv(x, ctx.positions, ctx.slot_mapping, kv, rope)
+        if self.qkv_weight is not None:
+            q = self._fused_forward(x, ctx.positions, ctx.slot_mapping, kv, rope, want_q=True)
+        else:
+            q = self.q_norm(linear(x, self.q_proj.weight).view(t, self.num_heads, self.head_dim))
+            q = rope.apply(q, ctx.positions)
+            self.write_kv(x, ctx.positions, ctx.slot_mapping, kv, rope)
         o = paged_attention(q, kv[0], kv[1], ctx, self.head_dim ** -0.5)
         return linear(o.reshape(t, -1), self.o_proj.weight)
 
@@ -65,8 +99,20 @@ class Qwen3MLP(nn.Module):
         self.gate_proj = _proj(cfg.hidden_size, cfg.intermediate_size)
         self.up_proj = _proj(cfg.hidden_size, cfg.intermediate_size)
         self.down_proj = _proj(cfg.intermediate_size, cfg.hidden_size)
+        self.gate_up_weight: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        fused = torch.cat([self.gate_proj.weight, self.up_proj.weight]).detach()
+        n = self.gate_proj.weight.shape[0]
+        self.gate_proj.weight = nn.Parameter(fused[:n], requires_grad=False)
+        self.up_proj.weight = nn.Parameter(fused[n:], requires_grad=False)
+        self.gate_up_weight = fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            from sparkdec.ops.triton_fused import silu_mul
+
+            return linear(silu_mul(linear(x, self.gate_up_weight)), self.down_proj.weight)
         gate = torch.nn.functional.silu(linear(x, self.gate_proj.weight))
         return linear(gate * linear(x, self.up_proj.weight), self.down_proj.weight)
 
@@ -79,8 +125,19 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Qwen3MLP(cfg)
 
+    def fuse(self) -> None:
+        self.self_attn.fuse()
+        self.mlp.fuse()
+
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), ctx, kv, rope)
+        attn = self.self_attn(self.input_layernorm(h), ctx, kv, rope)
+        if h.is_cuda:
+            from sparkdec.ops.triton_fused import rms_norm as fused_norm
+
+            ln = self.post_attention_layernorm
+            x, h = fused_norm(attn, ln.weight, ln.eps, residual=h)  # h = h + attn; x = norm(h)
+            return h + self.mlp(x)
+        h = h + attn
         return h + self.mlp(self.post_attention_layernorm(h))
 
 

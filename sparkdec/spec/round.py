@@ -41,7 +41,9 @@ class RoundRunner:
                     tokens[i] = sample_from(q, seq.seed, positions[i] + k + 1, STREAM_DRAFT)
             return tokens
 
-        drafts, z, conf = self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick)
+        greedy = not any(self._sampled_drafts(s) for s in seqs)
+        drafts, z, conf = self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick,
+                                              greedy=greedy)
         return drafts.tolist(), conf.tolist(), z
 
     def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
