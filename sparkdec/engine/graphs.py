@@ -12,6 +12,26 @@ from sparkdec.engine.context import ForwardContext
 TIERS = (16, 32, 64, 128)
 
 
+def capture_tiers(tiers, forward) -> dict:
+    """Warm up forward(tier) on a side stream, then capture one graph per tier (largest first, shared pool).
+    Returns {tier: (graph, static outputs)}."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for t in tiers:
+            for _ in range(2):
+                forward(t)
+    torch.cuda.current_stream().wait_stream(stream)
+    graphs, pool = {}, None
+    for t in sorted(tiers, reverse=True):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            out = forward(t)
+        pool = graph.pool()
+        graphs[t] = (graph, out)
+    return graphs
+
+
 class TargetGraphs:
     def __init__(self, runner, max_seqs: int, max_positions: int, trash_page: int, tiers=TIERS):
         self.runner = runner
@@ -28,7 +48,7 @@ class TargetGraphs:
         self.row_len = torch.ones(t, dtype=torch.int32, device=dev)
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.trash_slot = trash_page * self.page_size
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self.graphs: dict[int, tuple] = {}
 
     def _forward(self, t: int):
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
@@ -40,20 +60,7 @@ class TargetGraphs:
     @torch.inference_mode()
     def capture(self) -> None:
         self._fill([], [])
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for t in self.tiers:
-                for _ in range(2):
-                    self._forward(t)
-        torch.cuda.current_stream().wait_stream(stream)
-        pool = None
-        for t in sorted(self.tiers, reverse=True):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                logits, argmax = self._forward(t)
-            pool = graph.pool()
-            self.graphs[t] = (graph, logits, argmax)
+        self.graphs = capture_tiers(self.tiers, self._forward)
 
     def tier_for(self, num_tokens: int, num_seqs: int) -> int | None:
         if num_seqs > self.max_seqs:
@@ -85,7 +92,7 @@ class TargetGraphs:
     def run(self, pieces, tier: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the tier's graph for these rows -> (logits [tier, V], argmax [tier]) static outputs."""
         self._fill(pieces, [p[0] for p in pieces])
-        graph, logits, argmax = self.graphs[tier]
+        graph, (logits, argmax) = self.graphs[tier]
         graph.replay()
         return logits, argmax
 
@@ -121,21 +128,9 @@ class ProposeGraphs:
 
     @torch.inference_mode()
     def capture(self) -> None:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for b in self.tiers:
-                self.row_seq[:b * self.gamma] = torch.arange(b, dtype=torch.int32, device=self.row_seq.device).repeat_interleave(self.gamma)
-                for _ in range(2):
-                    self._forward(b)
-        torch.cuda.current_stream().wait_stream(stream)
-        pool = None
-        for b in sorted(self.tiers, reverse=True):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                out = self._forward(b)
-            pool = graph.pool()
-            self.graphs[b] = (graph, out)
+        b = max(self.tiers)  # row r belongs to sequence r // γ, for every tier
+        self.row_seq[:b * self.gamma] = torch.arange(b, dtype=torch.int32, device=self.row_seq.device).repeat_interleave(self.gamma)
+        self.graphs = capture_tiers(self.tiers, self._forward)
 
     def tier_for(self, num_seqs: int) -> int | None:
         return next((b for b in self.tiers if b >= num_seqs), None)
