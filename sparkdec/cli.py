@@ -71,7 +71,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def timing_line(t: dict) -> str:
     n = max(t["steps"], 1)
     return (f"[round anatomy over {t['steps']} steps: propose {t['propose'] / n * 1e3:.2f} ms, "
-            f"verify {t['verify'] / n * 1e3:.2f} ms, accept/commit {t['accept'] / n * 1e3:.2f} ms per step]")
+            f"verify {t['verify'] / n * 1e3:.2f} ms, accept/commit {t['accept'] / n * 1e3:.2f} ms, "
+            f"host (schedule, bookkeeping) {t['host'] / n * 1e3:.2f} ms per step]")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -142,14 +142,18 @@ class Engine:
 
     def step(self) -> list[Sequence]:
         """Run one round over the current batch; returns the sequences that changed."""
+        t0 = time.perf_counter()
         batch = self.scheduler.schedule(rows_per_decode=self.block_size + 1)
         if batch.empty:
             return []
+        t1 = time.perf_counter()
         touched = self.rounds.step(batch, self.speculating)
+        t2 = time.perf_counter()
         for seq in touched:
             if seq.finish_reason is not None:
-                seq.finish_time = time.perf_counter()
+                seq.finish_time = t2
                 self.scheduler.finish(seq)
+        self.rounds.timing["host"] += (t1 - t0) + (time.perf_counter() - t2)  # scheduling and bookkeeping
         return touched
 
     def abort(self, request_id: str) -> Sequence | None:
