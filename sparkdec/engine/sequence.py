@@ -64,6 +64,8 @@ class Sequence:
     spec: SpecStats = field(default_factory=SpecStats)
     rounds: list[dict] | None = None  # per-round trace records when tracing
     text: str = ""  # detokenised output (stop strings already cut)
+    text_base: str = ""  # text of output_ids[:text_pos], which ends on a whole character
+    text_pos: int = 0
     arrival: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None

@@ -10,6 +10,17 @@ def find_stop(text: str, stops: tuple[str, ...]) -> int:
     return min(hits) if hits else -1
 
 
+def running_text(seq: Sequence, decode) -> str:
+    """Text of all output tokens, decoding only the tokens since the last whole-character point.
+    NOTE: exact for byte-level BPE, where a token boundary after a complete character splits the text."""
+    tail = decode(seq.output_ids[seq.text_pos:])
+    if not tail.endswith("\ufffd"):
+        seq.text_base += tail
+        seq.text_pos = len(seq.output_ids)
+        return seq.text_base
+    return seq.text_base + tail
+
+
 def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
     """Append tokens until one ends the sequence; returns how many were committed.
     decode(ids) -> text, used for stop strings and the running text."""
@@ -18,7 +29,7 @@ def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
         n += 1
         done = seq.append(token)
         if seq.params.stop and decode is not None:
-            text = decode(seq.output_ids)
+            text = running_text(seq, decode)
             # NOTE: a trailing U+FFFD is an incomplete UTF-8 character that later tokens may complete
             cut = find_stop(text if done else text.rstrip("\ufffd"), seq.params.stop)
             if cut >= 0:
@@ -27,5 +38,5 @@ def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
         if done:
             break
     if decode is not None:
-        seq.text = decode(seq.output_ids)
+        seq.text = running_text(seq, decode)
     return n
