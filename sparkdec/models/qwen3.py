@@ -47,7 +47,10 @@ class Qwen3Attention(nn.Module):
         self.qkv_weight: torch.Tensor | None = None  # fused [q; k; v] rows (CUDA path), set by fuse()
 
     def fuse(self) -> None:
-        """Store q/k/v weights in one tensor (the parameters become views of it): one GEMM instead of three."""
+        """Store q/k/v weights in one tensor (the parameters become views of it): one GEMM instead of three.
+        The fused norm + RoPE kernel needs a power-of-two head_dim; other geometries keep the reference path."""
+        if self.head_dim & (self.head_dim - 1):
+            return
         fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).detach()
         nq, nk = self.q_proj.weight.shape[0], self.k_proj.weight.shape[0]
         self.q_proj.weight = nn.Parameter(fused[:nq], requires_grad=False)

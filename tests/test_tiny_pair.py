@@ -1,0 +1,82 @@
+"""The shipped trained pair: lossless speculation with real acceptance, and a guard on the slot convention."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sparkdec import LLM, SamplingParams
+from sparkdec.engine.llm_engine import DEFAULT_PAIR
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_PAIR / "draft" / "config.json").is_file(), reason="no shipped pair")
+
+PROMPTS = [
+    "def parse(line):\n",
+    "import os\nimport sys\n\n\ndef main(argv):\n    ",
+    "class Config:\n    def __init__(self, path):\n        ",
+    "    for key, value in sorted(items.items()):\n",
+    "The standard library provides",
+    "This module defines functions for",
+]
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return LLM(draft=None, speculative=False)
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return LLM()
+
+
+def test_greedy_parity_256_tokens_alone_and_batched(plain, spec):
+    params = SamplingParams(max_tokens=256, ignore_eos=True)
+    ref = plain.generate(PROMPTS, params)
+    batched = spec.generate(PROMPTS, params)
+    alone = [spec.generate([p], params)[0] for p in PROMPTS[:2]]
+    assert [o.token_ids for o in batched] == [o.token_ids for o in ref]
+    assert [o.token_ids for o in alone] == [o.token_ids for o in ref[:2]]
+    assert [o.text for o in batched] == [o.text for o in ref]
+    als = [o.stats["mean_acceptance_length"] for o in batched]
+    assert sum(als) / len(als) >= 2.0, als
+
+
+def test_exact_sampling_parity_with_real_acceptance(plain, spec):
+    params = [SamplingParams(max_tokens=256, ignore_eos=True, temperature=0.3, seed=11 + i) for i in range(len(PROMPTS))]
+    ref = plain.generate(PROMPTS, params)
+    out = spec.generate(PROMPTS, params)
+    assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+    als = [o.stats["mean_acceptance_length"] for o in out]
+    assert sum(als) / len(als) >= 2.0, als
+
+
+def test_slot_convention_guard(spec, monkeypatch):
+    """Slot k predicts position s+k+1. Reading slot k's draft from block row k+1 (the DFlash convention) must
+    collapse acceptance, and the correct engine must stay far above it."""
+    from sparkdec.models.dspark import DSparkDrafter
+
+    params = SamplingParams(max_tokens=96, ignore_eos=True)
+    good = spec.generate(PROMPTS[:3], params)
+    good_al = sum(o.stats["mean_acceptance_length"] for o in good) / 3
+    original = DSparkDrafter.markov_chain
+
+    def shifted(self, h, anchors, pick):
+        return original(self, torch.cat([h[:, 1:], h[:, -1:]], dim=1), anchors, pick)
+
+    monkeypatch.setattr(DSparkDrafter, "markov_chain", shifted)
+    bad = LLM(cuda_graphs=False).generate(PROMPTS[:3], params)
+    bad_al = sum(o.stats["mean_acceptance_length"] for o in bad) / 3
+    assert [o.token_ids for o in bad] == [o.token_ids for o in good]  # still lossless, only slower
+    assert good_al >= 2.0 and bad_al < good_al - 0.8, (good_al, bad_al)
+
+
+def test_cli_generate_runs_on_the_shipped_pair():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "sparkdec", "generate", "def parse(line):", "--max-tokens", "24", "--timing"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "AL" in res.stderr and "round anatomy" in res.stderr and res.stdout.strip()
