@@ -56,3 +56,19 @@ for name, fn in pieces.items():
         print(name, "FAILS:", "".join(traceback.format_exception_only(exc))[:600])
         torch.cuda.synchronize()
         break
+
+# The whole ProposeGraphs path, one tier at a time, with the full error.
+from sparkdec.engine import graphs as graphs_mod
+
+for tiers in [(1,), (2,), (4,)]:
+    graphs_mod.PROPOSE_TIERS = tiers
+    try:
+        pg = graphs_mod.ProposeGraphs(r, 4, r.max_positions, r.trash_page)
+        pg.capture()
+        out = pg.run([list(range(16))], [5], [100], pg.tier_for(1)) if 1 in tiers else None
+        torch.cuda.synchronize()
+        print("ProposeGraphs", tiers, "OK")
+    except Exception as exc:
+        print("ProposeGraphs", tiers, "FAILS:")
+        traceback.print_exc()
+        break
