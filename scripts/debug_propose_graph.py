@@ -60,7 +60,7 @@ for name, fn in pieces.items():
 # The whole ProposeGraphs path, one tier at a time, with the full error.
 from sparkdec.engine import graphs as graphs_mod
 
-for tiers in [(1,), (2,), (4,)]:
+for tiers in [(1, 2, 4)]:
     graphs_mod.PROPOSE_TIERS = tiers
     try:
         pg = graphs_mod.ProposeGraphs(r, 4, r.max_positions, r.trash_page)
@@ -72,3 +72,12 @@ for tiers in [(1,), (2,), (4,)]:
         print("ProposeGraphs", tiers, "FAILS:")
         traceback.print_exc()
         break
+
+graphs_mod.PROPOSE_TIERS = (1, 2, 4, 8, 16, 32, 64)
+from sparkdec.bench.kernels import make_engine
+
+try:
+    make_engine(models, 1024, spec=True)
+    print("full engine OK")
+except Exception:
+    traceback.print_exc()
