@@ -15,6 +15,11 @@ TIERS = (16, 32, 64, 128)
 def capture_tiers(tiers, forward) -> dict:
     """Warm up forward(tier) on a side stream, then capture one graph per tier (largest first, shared pool).
     Returns {tier: (graph, static outputs)}."""
+    # NOTE: one eager pass on the current stream first, so that library handles, workspaces and kernel
+    # modules are created outside the capture (creating them inside invalidates it)
+    for t in tiers:
+        forward(t)
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
