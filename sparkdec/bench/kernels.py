@@ -91,7 +91,7 @@ def verify_times(engine: Engine, seq) -> dict:
 def propose_time(engine: Engine, seq) -> float:
     r = engine.runner
     pick = lambda z, k: z.argmax(-1)
-    return wall(lambda: r.propose([seq.block_table], [seq.anchor], [seq.anchor_position], pick)[0].tolist()) * 1e3
+    return wall(lambda: r.propose([seq.block_table], [seq.anchor], [seq.anchor_position], pick, greedy=True)[0].tolist()) * 1e3
 
 
 def propose_floor_bytes(engine: Engine) -> int:
