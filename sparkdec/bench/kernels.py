@@ -161,7 +161,7 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     plain = make_engine(models, ctx, spec=False)
     seq = prefill(plain, ctx, 200)
     dec = decode_ms(plain, seq, 128)
-    res = {"shape": shape, "ctx": ctx, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
+    res = {"shape": shape, "ctx": ctx, "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
            "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec, "fraction_of_floor": floor_ms / dec}
     spec = make_engine(models, ctx, spec=True)
     sseq = prefill(spec, ctx, 64)

@@ -30,7 +30,7 @@ def capture_tiers(tiers, forward) -> dict:
     graphs, pool = {}, None
     for t in sorted(tiers, reverse=True):
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = forward(t)
         pool = graph.pool()
         graphs[t] = (graph, out)

@@ -39,15 +39,21 @@ class ModelRunner:
             layer.fuse()
 
     def enable_graphs(self, max_seqs: int) -> None:
-        from sparkdec.engine.graphs import TargetGraphs
+        """Capture verify and propose graphs; if capture fails, warn and stay eager (same results, slower)."""
+        from sparkdec.engine.graphs import ProposeGraphs, TargetGraphs
 
-        self.graphs = TargetGraphs(self, max_seqs, self.max_positions, self.trash_page)
-        self.graphs.capture()
-        if self.drafter is not None:
-            from sparkdec.engine.graphs import ProposeGraphs
+        try:
+            self.graphs = TargetGraphs(self, max_seqs, self.max_positions, self.trash_page)
+            self.graphs.capture()
+            if self.drafter is not None:
+                self.propose_graphs = ProposeGraphs(self, max_seqs, self.max_positions, self.trash_page)
+                self.propose_graphs.capture()
+        except RuntimeError as exc:  # torch.AcceleratorError is a RuntimeError
+            import warnings
 
-            self.propose_graphs = ProposeGraphs(self, max_seqs, self.max_positions, self.trash_page)
-            self.propose_graphs.capture()
+            warnings.warn(f"CUDA graph capture failed ({exc}); running eagerly")
+            self.graphs = self.propose_graphs = None
+            torch.cuda.synchronize()
 
     def forward_rows(self, ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """Target forward + drafter context write + logits of every row: [T, V] float32."""

@@ -181,3 +181,15 @@ def register(subparsers, add_engine_args, engine_kwargs) -> None:
     p.add_argument("--functions", type=int, default=50)
     p.add_argument("--quick", action="store_true", help="small run for testing")
     p.set_defaults(func=cmd_eval_pair)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m sparkdec.train.cli CMD ...`: the training commands alone, without the server's dependencies."""
+    parser = argparse.ArgumentParser(prog="python -m sparkdec.train.cli", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True), None, None)
+    args = parser.parse_args(argv)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -196,9 +196,11 @@ def function_completion(target_dir, corpus_dir, n: int, max_new_tokens: int = 19
         results.append({"source": it["source"], "name": it["name"], "line": it["line"], "parses": ok,
                         "ended": ended, "body_lines": sum(1 for ln in body.split("\n") if ln.strip()),
                         "completion": body})
-    n_ok = sum(r["parses"] for r in results)
-    return {"prompts": len(results), "parse_fraction": n_ok / max(len(results), 1),
-            "parse_nonempty_fraction": sum(r["parses"] and r["body_lines"] > 0 for r in results) / max(len(results), 1),
+    n = max(len(results), 1)
+    # NOTE: an empty completion leaves a docstring-only function, which parses; it does not count as written.
+    return {"prompts": len(results),
+            "parse_fraction": sum(r["parses"] and r["body_lines"] > 0 for r in results) / n,
+            "parse_fraction_including_empty": sum(r["parses"] for r in results) / n,
             "ended_fraction": sum(r["ended"] for r in results) / max(len(results), 1),
             "max_new_tokens": max_new_tokens, "examples": results}
 
