@@ -5,6 +5,7 @@ bandwidth, the floor it implies, our engine, and Hugging Face eager generate as 
 """
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import time
@@ -116,6 +117,7 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
         anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("propose", "verify", "accept")}
         out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": ms * al, **{f"{k}_ms": v for k, v in anatomy.items()}}
         del eng
+        gc.collect()
     return out
 
 
@@ -172,6 +174,7 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     res.update(verify_ms=vt, verify_fit_a_ms=a, verify_fit_b_ms=b, verify8_over_verify1=vt[8] / vt[1],
                propose_ms=prop, propose_floor_ms=pbytes / bw * 1e3, propose_over_floor=prop / (pbytes / bw * 1e3))
     del plain, spec
+    gc.collect()
     if with_sim:
         res["simulated"] = simulated_rounds(models, ctx, 96)
     print(json.dumps(res), flush=True)

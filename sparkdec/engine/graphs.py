@@ -5,6 +5,8 @@ live count are padding: they write K/V into a trash page and their outputs are i
 """
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from sparkdec.engine.context import ForwardContext
@@ -28,12 +30,17 @@ def capture_tiers(tiers, forward) -> dict:
                 forward(t)
     torch.cuda.current_stream().wait_stream(stream)
     graphs, pool = {}, None
-    for t in sorted(tiers, reverse=True):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-            out = forward(t)
-        pool = graph.pool()
-        graphs[t] = (graph, out)
+    gc.collect()
+    gc.disable()  # NOTE: a collection during capture may free another graph's memory, which invalidates the capture
+    try:
+        for t in sorted(tiers, reverse=True):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                out = forward(t)
+            pool = graph.pool()
+            graphs[t] = (graph, out)
+    finally:
+        gc.enable()
     return graphs
 
 
