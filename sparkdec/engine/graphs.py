@@ -101,9 +101,12 @@ class TargetGraphs:
             padded = torch.tensor([tb + [tb[-1]] * (width - len(tb)) for tb in tables], dtype=torch.long)
             self.tables[:len(tables)].copy_(padded, non_blocking=True)
 
-    def run(self, pieces, tier: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, pieces, tier: int, fill=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the tier's graph for these rows -> (logits [tier, V], argmax [tier]) static outputs."""
+        from sparkdec.engine.runner import apply_fill
+
         self._fill(pieces, [p[0] for p in pieces])
+        apply_fill(self.ids, fill)
         graph, (logits, argmax) = self.graphs[tier]
         graph.replay()
         return logits, argmax

@@ -7,6 +7,15 @@ from sparkdec.engine.context import ForwardContext, build_context
 from sparkdec.engine.kv_cache import KVCache
 
 
+def apply_fill(ids: torch.Tensor, fill) -> None:
+    """ids[rows] = values[src] on the device (drafts into their verify rows)."""
+    if fill is not None and fill[0]:
+        rows, values, src = fill
+        dev = ids.device
+        ids[torch.tensor(rows, dtype=torch.long).to(dev, non_blocking=True)] = \
+            values[torch.tensor(src, dtype=torch.long).to(dev, non_blocking=True)]
+
+
 class ModelRunner:
     def __init__(self, target, target_cfg, drafter=None, draft_cfg=None, *, num_pages: int, page_size: int,
                  max_positions: int, device):
@@ -57,35 +66,48 @@ class ModelRunner:
 
     def forward_rows(self, ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """Target forward + drafter context write + logits of every row: [T, V] float32."""
-        hidden, taps = self.target(ids, ctx, self.kv.layers, self.tap_layers)
-        if self.drafter is not None:
-            self.drafter.write_context(taps, ctx.positions, ctx.slot_mapping, self.draft_kv.layers)
-        return self.target.logits(hidden)
+        return self.target.logits(self.forward_rows_hidden(ids, ctx))
 
     @torch.inference_mode()
-    def verify(self, pieces, logit_rows: list[int]) -> tuple[torch.Tensor, list[int]]:
-        """Packed causal forward of all pieces; logits [R, V] and their argmax (one device->host read)
-        for the rows in logit_rows. Replays a CUDA graph when one fits."""
+    def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = ()):
+        """Packed causal forward of all pieces -> (logits [R, V] of logit_rows, host lists).
+        fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
+        (the drafts, which never visit the host before the verify). The host lists are the argmax of the
+        logit rows followed by each readback tensor, flattened: one device->host read for all of them.
+        Replays a CUDA graph when one fits."""
         num_tokens = sum(len(p[1]) for p in pieces)
         tier = self.graphs.tier_for(num_tokens, len(pieces)) if self.graphs is not None else None
+        idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
         if tier is not None:
-            logits, argmax = self.graphs.run(pieces, tier)
-            idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
-            return logits[idx], argmax[idx].tolist()
-        hidden, _ = self.target_forward(pieces)
-        logits = self.logits(hidden[torch.tensor(logit_rows, dtype=torch.long, device=hidden.device)])
-        return logits, logits.argmax(-1).tolist()
+            logits, argmax = self.graphs.run(pieces, tier, fill)
+            logits, argmax = logits[idx], argmax[idx]
+        else:
+            hidden, _ = self.target_forward(pieces, fill)
+            logits = self.logits(hidden[idx])
+            argmax = logits.argmax(-1)
+        # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
+        host = torch.cat([argmax.float()] + [t.float().reshape(-1) for t in readback]).tolist()
+        out, at = [[int(x) for x in host[:len(logit_rows)]]], len(logit_rows)
+        for t in readback:
+            out.append(host[at:at + t.numel()])
+            at += t.numel()
+        return logits, out
 
     @torch.inference_mode()
-    def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]]) -> tuple[torch.Tensor, ForwardContext]:
+    def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None) -> tuple[torch.Tensor, ForwardContext]:
         """pieces: per sequence (block_table, token ids, positions), causal rows. Returns hidden [T, d].
         Tap rows go straight into the drafter's context cache at their positions (DESIGN §3.3)."""
         ctx = build_context([(bt, pos, False) for bt, _, pos in pieces], self.page_size, self.device)
         ids = torch.tensor([t for _, toks, _ in pieces for t in toks], dtype=torch.long, device=self.device)
+        apply_fill(ids, fill)
+        return self.forward_rows_hidden(ids, ctx), ctx
+
+    def forward_rows_hidden(self, ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """Target forward + drafter context write -> final-normed hidden [T, d]."""
         hidden, taps = self.target(ids, ctx, self.kv.layers, self.tap_layers)
         if self.drafter is not None:
             self.drafter.write_context(taps, ctx.positions, ctx.slot_mapping, self.draft_kv.layers)
-        return hidden, ctx
+        return hidden
 
     @torch.inference_mode()
     def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:

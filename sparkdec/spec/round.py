@@ -30,7 +30,7 @@ class RoundRunner:
         return self.accept_mode == "rejection" and not seq.params.greedy
 
     def propose(self, seqs: list[Sequence]):
-        """Drafts [B][γ], confidences [B][γ] (host lists) and z [B, γ, V] (device)."""
+        """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
         positions = [s.anchor_position for s in seqs]
 
         def pick(z: torch.Tensor, k: int) -> torch.Tensor:
@@ -44,7 +44,7 @@ class RoundRunner:
         greedy = not any(self._sampled_drafts(s) for s in seqs)
         drafts, z, conf = self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick,
                                               greedy=greedy)
-        return drafts.tolist(), conf.tolist(), z
+        return drafts, z, conf
 
     def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
         s = seq.anchor_position
@@ -56,26 +56,34 @@ class RoundRunner:
             return accept_rejection(logits, z[row], drafts, seq.params, seq.seed, s)
         return accept_exact(logits, drafts, seq.params, seq.seed, s)
 
+    def _verify_lengths(self, spec: list[Sequence], conf_dev) -> list[int]:
+        """ℓ per sequence. Only a confidence threshold needs the confidences on the host before the verify
+        (an extra device->host read); full-block and fixed lengths are known without them."""
+        policies = [self.policy_for(s) for s in spec]
+        gamma = conf_dev.shape[1] if conf_dev is not None else 0
+        conf = conf_dev.tolist() if any(p.min_confidence for p in policies) else [[1.0] * gamma] * len(spec)
+        return [p.choose(c, s.room()) for p, c, s in zip(policies, conf, spec)]
+
     def step(self, batch: Batch, speculating) -> list[Sequence]:
         t0 = time.perf_counter()
         dec = batch.decode
         spec = [s for s in dec if speculating(s)]
-        drafts, conf, z = ([], [], None)
-        if spec:
-            drafts, conf, z = self.propose(spec)
+        drafts_dev, z, conf_dev = self.propose(spec) if spec else (None, None, None)
+        ells = self._verify_lengths(spec, conf_dev) if spec else []
         t1 = time.perf_counter()
-        plan = {}  # seq -> (drafts to verify, all drafts, confidences, row in proposal)
-        for i, seq in enumerate(spec):
-            ell = self.policy_for(seq).choose(conf[i], seq.room())
-            plan[id(seq)] = (drafts[i][:ell], drafts[i], conf[i], i)
-        pieces, logit_rows, spans = [], [], []
+        gamma = drafts_dev.shape[1] if spec else 0
+        row_of = {id(s): i for i, s in enumerate(spec)}
+        pieces, logit_rows, spans, fill_rows, fill_src = [], [], [], [], []
         for seq in dec:
-            ver = plan.get(id(seq), ([],))[0]
-            s = seq.anchor_position
-            start = sum(len(p[1]) for p in pieces)
-            pieces.append((seq.block_table, [seq.anchor] + ver, list(range(s, s + len(ver) + 1))))
-            spans.append((seq, len(logit_rows), len(ver) + 1))
-            logit_rows.extend(range(start, start + len(ver) + 1))
+            i = row_of.get(id(seq))
+            ell = ells[i] if i is not None else 0
+            s, start = seq.anchor_position, sum(len(p[1]) for p in pieces)
+            # drafts go into their verify rows on the device; the host holds placeholders
+            pieces.append((seq.block_table, [seq.anchor] + [0] * ell, list(range(s, s + ell + 1))))
+            fill_rows += range(start + 1, start + 1 + ell)
+            fill_src += range(i * gamma, i * gamma + ell) if ell else []
+            spans.append((seq, len(logit_rows), ell + 1, i))
+            logit_rows.extend(range(start, start + ell + 1))
         prefill_done = []
         for seq, a, b in batch.prefill:
             start = sum(len(p[1]) for p in pieces)
@@ -84,17 +92,23 @@ class RoundRunner:
             if b == len(seq.prompt_ids):
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
-        logits, argmax = self.runner.verify(pieces, logit_rows)  # NOTE: the one device->host read of the verify
+        fill = (fill_rows, drafts_dev.reshape(-1), fill_src) if spec else None
+        readback = (drafts_dev, conf_dev) if spec else ()
+        # NOTE: the one device->host read of the round: verify argmax, drafts and confidences together
+        logits, host = self.runner.verify(pieces, logit_rows, fill, readback)
+        argmax = host[0]
+        drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
+        conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
         touched = []
-        for seq, r0, n in spans:
-            ver, all_drafts, c, row = plan.get(id(seq), ([], None, None, None))
-            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, row)
+        for seq, r0, n, i in spans:
+            ver = drafts[i][:n - 1] if i is not None else []
+            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i)
             s = seq.anchor_position
             committed = commit_tokens(seq, tokens, self.decode)
             seq.num_computed = s + len(tokens)
-            if all_drafts is not None:
-                self._record(seq, all_drafts, c, len(ver), len(tokens) - 1, committed, (t1 - t0, t2 - t1))
+            if i is not None:
+                self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
             touched.append(seq)
         for seq, r in prefill_done:
             token = sample_token(logits[r], seq.params, seq.seed, len(seq.prompt_ids))
