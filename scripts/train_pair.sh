@@ -18,7 +18,7 @@ T_DRAFT_GEN=${T_DRAFT_GEN:-150}
 TARGET_ARGS=${TARGET_ARGS:-}
 DRAFT_ARGS=${DRAFT_ARGS:-}
 GEN_ARGS=${GEN_ARGS:---batch-size 4096}
-SP="python3 -m sparkdec"
+SP="python3 -m sparkdec.train.cli"  # = `sparkdec CMD`, without the server dependencies
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 mkdir -p "$WORK"
 start=$(date +%s)

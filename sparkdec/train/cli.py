@@ -1,5 +1,5 @@
 """`sparkdec` training commands: build-corpus, train-tokenizer, tokenize, train-target, gen-continuations,
-train-draft and eval-pair (the recipe of docs/training.md)."""
+train-draft, package-pair and eval-pair (the recipe of docs/training.md)."""
 from __future__ import annotations
 
 import argparse
@@ -92,6 +92,23 @@ def cmd_train_draft(args) -> int:
     return 0
 
 
+def cmd_package_pair(args) -> int:
+    import shutil
+    from pathlib import Path
+
+    from sparkdec.train.draft import package_drafter
+
+    out = Path(args.out)
+    (out / "target").mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(args.target) / name, out / "target" / name)
+    package_drafter(args.draft, args.target, out / "draft")
+    sizes = {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}
+    _log(json.dumps({"files": sizes, "total_bytes": sum(sizes.values()),
+                     "total_mib": round(sum(sizes.values()) / 2 ** 20, 2)}, indent=1))
+    return 0
+
+
 def cmd_eval_pair(args) -> int:
     from sparkdec.train.evaluate import main
 
@@ -168,10 +185,16 @@ def register(subparsers, add_engine_args, engine_kwargs) -> None:
     p.add_argument("--device")
     p.set_defaults(func=cmd_train_draft)
 
+    p = subparsers.add_parser("package-pair", help="write target/ and draft/ (with the DeepSpec embed/lm_head copies)")
+    p.add_argument("--target", required=True)
+    p.add_argument("--draft", required=True, help="drafter trained with --no-shared")
+    p.add_argument("--out", required=True, help="e.g. models/sparkdec-tiny")
+    p.set_defaults(func=cmd_package_pair)
+
     p = subparsers.add_parser("eval-pair", help="evaluate a target/drafter pair with the engine (report JSON)")
     p.add_argument("--target", required=True)
     p.add_argument("--draft", required=True, nargs="+", help="drafter folder(s); the first is the main one")
-    p.add_argument("--ablation", help="markov_rank 0 drafter folder")
+    p.add_argument("--ablation", nargs="*", default=[], help="markov_rank 0 drafter folder(s), the first matches the main drafter")
     p.add_argument("--corpus", required=True, help="corpus folder (held-out split)")
     p.add_argument("--tokens", required=True, help="token streams folder (held-out perplexity)")
     p.add_argument("--out", required=True, help="report JSON path")

@@ -380,3 +380,22 @@ def evaluate_blocks(drafter, target, data: DraftData, recipe: DraftRecipe, rope,
     data.gen.set_state(saved)
     drafter.train(was)
     return {k: (np.mean(v, axis=0).tolist() if isinstance(v[0], list) else float(np.mean(v))) for k, v in agg.items()}
+
+
+def package_drafter(src_dir: str | Path, target_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write a drafter trained with --no-shared as a complete DeepSpec folder: its tensors plus the copies of the
+    target's embedding and LM head (`embed_tokens.weight`, `lm_head.weight`) that DeepSpec checkpoints carry."""
+    from safetensors.torch import load_file
+
+    from sparkdec.models.loader import read_tensors
+
+    src, out = Path(src_dir), Path(out_dir)
+    tensors = load_file(str(src / "model.safetensors"))
+    target = read_tensors(Path(target_dir))
+    embed = target["model.embed_tokens.weight"]
+    tensors["embed_tokens.weight"] = embed.to(torch.bfloat16).contiguous()
+    tensors["lm_head.weight"] = target.get("lm_head.weight", embed).to(torch.bfloat16).contiguous()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text((src / "config.json").read_text())
+    return out

@@ -222,8 +222,8 @@ def main(args) -> int:
         save()
         print("perplexity", json.dumps(report["perplexity"]), flush=True)
     drafters = {Path(d).name: d for d in args.draft}
-    if args.ablation:
-        drafters[Path(args.ablation).name] = args.ablation
+    for path in args.ablation or []:
+        drafters[Path(path).name] = path
     report.setdefault("acceptance", {})
     llms = {}
     for name, path in drafters.items():
