@@ -350,3 +350,35 @@ def test_sampled_drafts_in_rejection_mode(targets, hf_targets, tmp_path):
     naive = NaiveDrafter(draft, hf_targets(name))
     for call in calls:
         check_call(naive, call, temperature=0.8)
+
+
+def test_chunked_prefill_and_requests_joining_mid_run(targets, hf_targets, tmp_path):
+    """Context rows written by prefill chunks, and by prefill rows packed with other sequences' verify rows,
+    are the same context the naive drafter computes from the committed tokens."""
+    name = "untied_gqa4_odd_vocab"
+    target = targets[name]
+    draft = make_draft(tmp_path / "draft", target, seed=13, markov_head_type="vanilla", block_size=4)
+    naive = NaiveDrafter(draft, hf_targets(name))
+    greedy = SamplingParams(max_tokens=12, ignore_eos=True)
+
+    # one sequence at a time, at most 5 rows per step: the 13-token prompt is prefilled in chunks 5, 5, 3
+    llm = LLM(model=str(target), draft=str(draft), device="cpu", kv_cache_tokens=1024, max_num_seqs=1,
+              max_batched_tokens=4)
+    seqs, calls = run_steps(llm, [PROMPTS[1]], greedy, steps=6)
+    assert len(calls) == 3 and calls[0]["positions"] == [len(PROMPTS[1])]
+    for call in calls:
+        check_call(naive, call)
+
+    # a request joins while another decodes: its prefill rows share the packed forward with verify rows
+    llm = LLM(model=str(target), draft=str(draft), device="cpu", kv_cache_tokens=1024)
+    eng = llm.engine
+    first = eng.add_request(PROMPTS[0], greedy)
+    calls = record_proposals(llm)
+    eng.step()
+    eng.step()
+    late = eng.add_request(PROMPTS[2], greedy)
+    for _ in range(3):
+        eng.step()
+    assert any(late in c["seqs"] and first in c["seqs"] for c in calls)
+    for call in calls:
+        check_call(naive, call)

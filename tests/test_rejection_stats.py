@@ -205,7 +205,7 @@ def exact(pair) -> dict:
 
 
 def generate(pair, draft: bool, accept_mode: str = "rejection", params: dict = T1, n: int = N,
-             setup=None) -> list[list[int]]:
+             setup=None, verified: set | None = None) -> list[list[int]]:
     target, drafter = pair
     llm = LLM(model=str(target), draft=str(drafter) if draft else None, device="cpu", accept_mode=accept_mode,
               max_num_seqs=n, kv_cache_tokens=n * 16 + 64, max_batched_tokens=n * (len(PROMPT) + GAMMA + 1))
@@ -213,7 +213,9 @@ def generate(pair, draft: bool, accept_mode: str = "rejection", params: dict = T
         setup(llm)
     plist = [SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, seed=1_000_003 * i + 17, **params)
              for i in range(n)]
-    outs = llm.generate([PROMPT] * n, plist)
+    outs = llm.generate([PROMPT] * n, plist, trace=verified is not None)
+    if verified is not None:
+        verified.update(r["num_verified"] for o in outs for r in o.rounds)
     if draft:
         rounds = sum(o.stats["rounds"] for o in outs)
         accepted = sum(o.stats["num_accepted_tokens"] for o in outs)
@@ -254,6 +256,15 @@ def test_rejection_sampling_matches_exact_distribution(pair, exact):
 def test_rejection_sampling_with_top_k_top_p(pair, exact):
     outs = generate(pair, draft=True, accept_mode="rejection", params=FILTERED)
     p = verdict(outs, exact["filtered"])
+    assert min(p.values()) > ALPHA, p
+
+
+def test_rejection_sampling_with_confidence_threshold(pair, exact):
+    """The first-failure confidence threshold (spec §11.3) decides ℓ from confidences that depend on the drawn
+    drafts; it is non-anticipating (§11.5), so the output distribution must not move."""
+    lengths = set()
+    p = verdict(generate(pair, draft=True, params=dict(T1, min_confidence=0.45), verified=lengths), exact["t1"])
+    assert {0, 1, 2, 3} <= lengths, lengths  # the threshold really varies the verify length
     assert min(p.values()) > ALPHA, p
 
 
