@@ -19,6 +19,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-tokens", type=int, help="KV cache capacity in tokens")
     p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     p.add_argument("--verify-len", type=int, help="verify a fixed number of drafts per round")
     p.add_argument("--min-confidence", type=float, help="verify drafts up to the first confidence below P")
     p.add_argument("--accept", choices=["exact", "rejection"], default="exact",
@@ -29,7 +30,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(model=args.model, draft=None if args.no_spec and args.model else args.draft,
                 device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
                 kv_cache_tokens=args.kv_cache_tokens, max_num_seqs=args.max_num_seqs, verify_len=args.verify_len,
-                min_confidence=args.min_confidence, accept_mode=args.accept, speculative=not args.no_spec)
+                min_confidence=args.min_confidence, accept_mode=args.accept, speculative=not args.no_spec,
+                threads=args.threads)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

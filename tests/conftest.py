@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from helpers import GEOMETRIES, make_target
+
+
+# NOTE: tiny models are dominated by per-op overhead; one thread avoids oversubscribing a 2-core machine
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

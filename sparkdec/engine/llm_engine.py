@@ -37,6 +37,7 @@ class EngineConfig:
     accept_mode: str = "exact"
     speculative: bool = True
     cuda_graphs: bool = True
+    threads: int | None = None  # CPU threads for torch (None: torch's default)
 
 
 def _resolve_paths(cfg: EngineConfig) -> tuple[str, str | None]:
@@ -65,6 +66,8 @@ class Engine:
         if cfg.accept_mode not in ACCEPT_MODES:
             raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
         self.config = cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.target, self.target_cfg, self.drafter, self.draft_cfg, self.tokenizer = models or load_models(cfg, self.device)
         self.max_model_len = cfg.max_model_len or self.target_cfg.max_position_embeddings

@@ -48,7 +48,7 @@ class SpecStats:
         }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity equality: the scheduler removes sequences from lists
 class Sequence:
     request_id: str
     prompt_ids: list[int]

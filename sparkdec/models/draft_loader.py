@@ -35,14 +35,18 @@ def _refuse_foreign(raw: dict, folder: Path) -> None:
 
 def draft_config(raw: dict, target: TargetConfig, folder: Path) -> DraftConfig:
     _refuse_foreign(raw, folder)
-    for key in ("target_layer_ids", "mask_token_id", "num_anchors", "markov_rank", "block_size"):
+    for key in ("target_layer_ids", "mask_token_id", "num_anchors", "markov_rank", "block_size",
+                "enable_confidence_head"):
         if key not in raw:
             raise CheckpointError(f"{folder}/config.json lacks {key!r}, required by the DeepSpec format")
     layers = TargetConfig.from_hf(raw)
     taps = tuple(int(t) for t in raw["target_layer_ids"])
     n_target = int(raw.get("num_target_layers", target.num_hidden_layers))
     rank = int(raw["markov_rank"])
-    conf = bool(raw.get("enable_confidence_head", False))
+    conf = bool(raw["enable_confidence_head"])
+    if rank > 0 and "markov_head_type" not in raw:
+        raise CheckpointError(f"{folder}/config.json has markov_rank {rank} but no markov_head_type "
+                              "(vanilla, gated or rnn); the DeepSpec format requires it")
     with_markov = bool(raw.get("confidence_head_with_markov", conf and rank > 0))
     cfg = DraftConfig(
         layers=layers, num_target_layers=n_target, target_layer_ids=taps, block_size=int(raw["block_size"]),
@@ -60,6 +64,9 @@ def validate_against_target(cfg: DraftConfig, target: TargetConfig, raw: dict, f
     lc = cfg.layers
     if lc.hidden_size != target.hidden_size:
         bad(f"hidden_size {lc.hidden_size} != target's {target.hidden_size}")
+    for key in ("num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta"):
+        if getattr(lc, key) != getattr(target, key):
+            bad(f"{key} {getattr(lc, key)} != target's {getattr(target, key)} (draft layers use the target's geometry)")
     if lc.vocab_size != target.vocab_size:
         bad(f"vocab_size {lc.vocab_size} != target's {target.vocab_size}")
     if cfg.num_target_layers != target.num_hidden_layers:

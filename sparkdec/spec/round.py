@@ -74,24 +74,26 @@ class RoundRunner:
         gamma = drafts_dev.shape[1] if spec else 0
         row_of = {id(s): i for i, s in enumerate(spec)}
         pieces, logit_rows, spans, fill_rows, fill_src = [], [], [], [], []
+        start = 0  # packed row where the next piece begins
         for seq in dec:
             i = row_of.get(id(seq))
             ell = ells[i] if i is not None else 0
-            s, start = seq.anchor_position, sum(len(p[1]) for p in pieces)
+            s = seq.anchor_position
             # drafts go into their verify rows on the device; the host holds placeholders
             pieces.append((seq.block_table, [seq.anchor] + [0] * ell, list(range(s, s + ell + 1))))
             fill_rows += range(start + 1, start + 1 + ell)
             fill_src += range(i * gamma, i * gamma + ell) if ell else []
             spans.append((seq, len(logit_rows), ell + 1, i))
             logit_rows.extend(range(start, start + ell + 1))
+            start += ell + 1
         prefill_done = []
         for seq, a, b in batch.prefill:
-            start = sum(len(p[1]) for p in pieces)
             pieces.append((seq.block_table, seq.prompt_ids[a:b], list(range(a, b))))
             seq.num_computed = b
             if b == len(seq.prompt_ids):
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
+            start += b - a
         fill = (fill_rows, drafts_dev.reshape(-1), fill_src) if spec else None
         readback = (drafts_dev, conf_dev) if spec else ()
         # NOTE: the one device->host read of the round: verify argmax, drafts and confidences together

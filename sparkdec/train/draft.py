@@ -393,8 +393,8 @@ def package_drafter(src_dir: str | Path, target_dir: str | Path, out_dir: str | 
     tensors = load_file(str(src / "model.safetensors"))
     target = read_tensors(Path(target_dir))
     embed = target["model.embed_tokens.weight"]
-    tensors["embed_tokens.weight"] = embed.to(torch.bfloat16).contiguous()
-    tensors["lm_head.weight"] = target.get("lm_head.weight", embed).to(torch.bfloat16).contiguous()
+    tensors["embed_tokens.weight"] = embed.to(torch.bfloat16).clone()
+    tensors["lm_head.weight"] = target.get("lm_head.weight", embed).to(torch.bfloat16).clone()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text((src / "config.json").read_text())
