@@ -308,7 +308,7 @@ def load_hf_target(target_dir: str | Path, device, dtype=torch.bfloat16):
 def train_draft(target_dir: str | Path, data: DraftData, out_dir: str | Path, recipe: DraftRecipe = DraftRecipe(),
                 device: str = "cuda", log=print, val: dict[str, DraftData] | None = None, include_shared: bool = True,
                 mask_token_id: int | None = None) -> dict:
-    from sparkdec.train.target import Clock, lr_at
+    from sparkdec.train.target import Clock, step_lr
     from sparkdec.train.tokenizer import load_tokenizer, special_token_ids
 
     torch.manual_seed(recipe.seed)
@@ -330,9 +330,7 @@ def train_draft(target_dir: str | Path, data: DraftData, out_dir: str | Path, re
         progress = clock.progress(step)
         if progress >= 1.0:
             break
-        lr = lr_at(progress, recipe.lr, recipe.warmup, recipe.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = step_lr(opt, progress, recipe)
         ids, mask = data.sample(recipe.batch_size)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=use_amp):
             loss, stats = block_logits(drafter, target, ids, mask, recipe, rope, gen)

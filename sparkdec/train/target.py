@@ -108,6 +108,14 @@ def lr_at(progress: float, peak: float, warmup: float, min_ratio: float) -> floa
     return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def step_lr(opt, progress: float, recipe) -> float:
+    """Set every parameter group's learning rate for this point of the schedule; returns it."""
+    lr = lr_at(progress, recipe.lr, recipe.warmup, recipe.min_lr_ratio)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    return lr
+
+
 class Clock:
     """Progress in [0, 1] from wall-clock time (and an optional step limit)."""
 
@@ -217,9 +225,7 @@ def train_target(tokens_dir: str | Path, tokenizer_dir: str | Path, out_dir: str
         progress = clock.progress(step)
         if progress >= 1.0:
             break
-        lr = lr_at(progress, recipe.lr, recipe.warmup, recipe.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = step_lr(opt, progress, recipe)
         batch = sampler.sample(recipe.batch_size, recipe.seq_len + 1)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=use_amp):
             loss = lm_loss(model, batch)
