@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from sparkdec.errors import SparkdecError
 

@@ -1,7 +1,6 @@
 """The shipped trained pair: lossless speculation with real acceptance, and a guard on the slot convention."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch

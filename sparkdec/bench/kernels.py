@@ -49,7 +49,7 @@ def wall(fn, reps: int = 30, warmup: int = 5) -> float:
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
-    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return my - b * mx, b
 

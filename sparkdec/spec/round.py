@@ -15,11 +15,6 @@ from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class RoundRunner:
     def __init__(self, runner, policy, accept_mode: str, decode):
         self.runner, self.policy, self.accept_mode, self.decode = runner, policy, accept_mode, decode
@@ -118,7 +113,7 @@ class RoundRunner:
             seq.first_token_time = time.perf_counter()
             touched.append(seq)
         t3 = time.perf_counter()
-        self._time(t0, t1, t2, t3, bool(spec))
+        self._time(t0, t1, t2, t3)
         return touched
 
     def policy_for(self, seq: Sequence):
@@ -138,7 +133,7 @@ class RoundRunner:
                                "num_accepted": accepted, "num_committed": committed,
                                "propose_ms": times[0] * 1e3, "verify_ms": times[1] * 1e3})
 
-    def _time(self, t0, t1, t2, t3, spec: bool) -> None:
+    def _time(self, t0, t1, t2, t3) -> None:
         tm = self.timing
         tm["propose"] += t1 - t0
         tm["verify"] += t2 - t1
