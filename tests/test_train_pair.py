@@ -52,8 +52,9 @@ def test_drafter_is_deepspec_format():
     assert max(cfg["target_layer_ids"]) < tcfg["num_hidden_layers"] - 1
     mask = [int(i) for i, t in tok["added_tokens_decoder"].items() if t["content"] == "<|mask|>"]
     assert cfg["mask_token_id"] == mask[0]
-    with safe_open(str(PAIR / "draft" / "model.safetensors"), "pt") as f, \
-            safe_open(str(PAIR / "target" / "model.safetensors"), "pt") as t:
+    index = json.loads((PAIR / "target" / "model.safetensors.index.json").read_text())  # the target is sharded
+    shard = PAIR / "target" / index["weight_map"]["model.embed_tokens.weight"]
+    with safe_open(str(PAIR / "draft" / "model.safetensors"), "pt") as f, safe_open(str(shard), "pt") as t:
         keys = set(f.keys())
         assert {"fc.weight", "hidden_norm.weight", "norm.weight", "markov_head.markov_w1.weight",
                 "markov_head.markov_w2.weight", "confidence_head.proj.weight", "confidence_head.proj.bias"} <= keys

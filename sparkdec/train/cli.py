@@ -91,6 +91,32 @@ def cmd_train_draft(args) -> int:
     return 0
 
 
+def shard_checkpoint(src, dst, max_shard_bytes: int = 12 << 20) -> None:
+    """Write src's tensors to dst as HF shards of at most max_shard_bytes plus model.safetensors.index.json
+    (keeps every shipped file well under 16 MiB)."""
+    from safetensors.torch import save_file
+
+    from sparkdec.models.loader import read_tensors
+
+    tensors = read_tensors(src)
+    shards, current, size = [], {}, 0
+    for name in sorted(tensors):
+        nbytes = tensors[name].numel() * tensors[name].element_size()
+        if current and size + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name], size = tensors[name].contiguous(), size + nbytes
+    shards.append(current)
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(dst / fname), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, fname))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                  "weight_map": weight_map}, indent=1))
+
+
 def cmd_package_pair(args) -> int:
     import shutil
     from pathlib import Path
@@ -99,8 +125,9 @@ def cmd_package_pair(args) -> int:
 
     out = Path(args.out)
     (out / "target").mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(Path(args.target) / name, out / "target" / name)
+    shard_checkpoint(Path(args.target), out / "target")
     package_drafter(args.draft, args.target, out / "draft")
     sizes = {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}
     _log(json.dumps({"files": sizes, "total_bytes": sum(sizes.values()),
