@@ -28,6 +28,21 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_speed(args: argparse.Namespace, engine_kwargs) -> int:
+    from sparkdec.bench.speed import main
+
+    kw = engine_kwargs(args)
+    kw.pop("max_num_seqs"), kw.pop("speculative")
+    res = main(kw, args.prompts, [int(c) for c in args.concurrency.split(",")], args.max_tokens, args.temperature, args.seed)
+    res.update(date=datetime.date.today().isoformat(), commit=_commit(), model=args.model or "sparkdec-tiny",
+               draft=args.draft or "default")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+    print(json.dumps(res))
+    return 0
+
+
 def register(sub, add_engine_args, engine_kwargs) -> None:
     b = sub.add_parser("bench", help="benchmarks (run on a GPU)")
     bsub = b.add_subparsers(dest="bench_command", required=True)
@@ -38,3 +53,12 @@ def register(sub, add_engine_args, engine_kwargs) -> None:
     k.add_argument("--no-sim", action="store_true", help="skip the simulated-acceptance rounds")
     k.add_argument("--out", help="write the JSON here too")
     k.set_defaults(func=cmd_kernels)
+    s = bsub.add_parser("speed", help="A/B: speculative vs plain tokens/s, acceptance per category, per concurrency")
+    add_engine_args(s)
+    s.add_argument("--prompts", help="JSONL with prompt and category (default: a small built-in code/prose set)")
+    s.add_argument("--concurrency", default="1,4,8")
+    s.add_argument("--max-tokens", type=int, default=128)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", help="write the JSON here too")
+    s.set_defaults(func=lambda a: cmd_speed(a, engine_kwargs))
