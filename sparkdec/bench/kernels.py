@@ -114,7 +114,7 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
         t0 = {k: v for k, v in eng.rounds.timing.items()}
         ms = decode_ms(eng, seq, new_tokens)
         steps = eng.rounds.timing["steps"] - t0["steps"]
-        anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("propose", "verify", "accept")}
+        anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("propose", "verify", "accept", "host")}
         out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": ms * al, **{f"{k}_ms": v for k, v in anatomy.items()}}
         del eng
         gc.collect()
