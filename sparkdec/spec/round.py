@@ -12,6 +12,7 @@ from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_token
 from sparkdec.spec.commit import commit_tokens
+from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
 
 
@@ -120,8 +121,6 @@ class RoundRunner:
         p = seq.params
         if p.verify_len is None and p.min_confidence is None:
             return self.policy
-        from sparkdec.spec.schedule import VerifyPolicy
-
         return VerifyPolicy(p.verify_len if p.verify_len is not None else self.policy.verify_len,
                             p.min_confidence if p.min_confidence is not None else self.policy.min_confidence)
 
