@@ -48,7 +48,27 @@ def test_fused_kernels_match_reference_ops_in_bf16():
     out, h = tf.rms_norm(x, w, 1e-6, residual=r)
     assert torch.equal(h, x + r) and close(out, rms_norm(x + r, w, 1e-6))
     rope = RotaryTable(128, 1e6, 4096, dev)
-    q, wq, pos = torch.randn(37, 32, 128, device=dev, dtype=dt), torch.randn(128, device=dev, dtype=dt), torch.randint(0, 4096, (37,), device=dev)
-    assert close(tf.head_norm_rope(q, wq, 1e-6, rope.cos, rope.sin, pos), rope.apply(rms_norm(q, wq, 1e-6), pos))
+    qkv, wq, wk = torch.randn(37, 48 * 128, device=dev, dtype=dt), torch.randn(128, device=dev, dtype=dt), torch.randn(128, device=dev, dtype=dt)
+    pos, slots = torch.randint(0, 4096, (37,), device=dev), torch.randperm(64, device=dev)[:37]
+    kc, vc = torch.zeros(64, 8, 128, device=dev, dtype=dt), torch.zeros(64, 8, 128, device=dev, dtype=dt)
+    q = tf.qkv_rope_store(qkv, 32, 8, wq, wk, 1e-6, rope.cos, rope.sin, pos, slots, kc, vc)
+    heads = qkv.view(37, 48, 128)
+    assert close(q, rope.apply(rms_norm(heads[:, :32], wq, 1e-6), pos))
+    assert close(kc[slots], rope.apply(rms_norm(heads[:, 32:40], wk, 1e-6), pos))
+    assert torch.equal(vc[slots], heads[:, 40:])
     gu = torch.randn(37, 2 * 9728, device=dev, dtype=dt)
     assert close(tf.silu_mul(gu), torch.nn.functional.silu(gu[:, :9728]) * gu[:, 9728:])
+
+
+def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
+    from sparkdec.ops.triton_gemm import gemm
+
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    for n, k in [(6144, 2560), (2560, 4096), (2560, 9728), (151936, 2560), (509, 24)]:
+        w, x = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5, torch.randn(300, k, device=dev, dtype=dt)
+        full = gemm(x, w)
+        for m in (1, 2, 7, 16, 17, 64, 129):
+            assert torch.equal(gemm(x[:m], w), full[:m]), (n, k, m)
+        ref = torch.nn.functional.linear(x.float(), w.float())
+        assert (full.float() - ref).abs().max() <= 2e-2 * ref.abs().max(), (n, k)

@@ -49,3 +49,22 @@ def test_triton_attention_matches_reference_in_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     res = subprocess.run([sys.executable, "-c", TRITON_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+
+
+def test_triton_gemm_rope_and_fused_layer_match_reference_in_interpreter():
+    """tests/triton_checks.py under Triton's interpreter: the batch-invariant GEMM (plain, norm prologue, SiLU and
+    residual epilogues; rows equal for every M), the q/k norm + RoPE + KV store kernel, and a whole fused
+    decoder layer against the reference layer."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("triton")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
+    res = subprocess.run([sys.executable, str(root / "tests" / "triton_checks.py")], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]

@@ -58,25 +58,16 @@ class Qwen3Attention(nn.Module):
         self.v_proj.weight = nn.Parameter(fused[nq + nk:], requires_grad=False)
         self.qkv_weight = fused
 
-    def _fused_forward(self, x, positions, slots, kv, rope, want_q: bool):
-        from sparkdec.ops import triton_fused as tf
-
-        t = x.shape[0]
-        nq, nk = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        qkv = linear(x, self.qkv_weight)  # [T, nq + 2 nk]
-        k = qkv[:, nq:nq + nk].view(t, self.num_kv_heads, self.head_dim)
-        tf.head_norm_rope(k, self.k_norm.weight, self.k_norm.eps, rope.cos, rope.sin, positions, dst=kv[0], dst_rows=slots)
-        kv[1][slots] = qkv[:, nq + nk:].view(t, self.num_kv_heads, self.head_dim)
-        if not want_q:
-            return None
-        q = qkv[:, :nq].view(t, self.num_heads, self.head_dim)
-        return tf.head_norm_rope(q, self.q_norm.weight, self.q_norm.eps, rope.cos, rope.sin, positions)
-
     def write_kv(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                  kv: tuple[torch.Tensor, torch.Tensor], rope: RotaryTable) -> None:
         """Project x [T, d] to keys/values and store them at slots [T] of kv = (k_cache, v_cache)."""
-        if self.qkv_weight is not None:
-            self._fused_forward(x, positions, slots, kv, rope, want_q=False)
+        if self.qkv_weight is not None and x.is_cuda:
+            from sparkdec.ops.triton_fused import qkv_rope_store
+            from sparkdec.ops.triton_gemm import gemm
+
+            kv_rows = gemm(x, self.qkv_weight[self.num_heads * self.head_dim:])  # [T, 2 * Hkv * D]
+            qkv_rope_store(kv_rows, 0, self.num_kv_heads, None, self.k_norm.weight, self.k_norm.eps, rope.cos, rope.sin,
+                           positions, slots, kv[0], kv[1])
             return
         t = x.shape[0]
         k = self.k_norm(linear(x, self.k_proj.weight).view(t, self.num_kv_heads, self.head_dim))
@@ -86,12 +77,9 @@ class Qwen3Attention(nn.Module):
     def forward(self, x: torch.Tensor, ctx: ForwardContext, kv: tuple[torch.Tensor, torch.Tensor],
                 rope: RotaryTable) -> torch.Tensor:
         t = x.shape[0]
-        if self.qkv_weight is not None:
-            q = self._fused_forward(x, ctx.positions, ctx.slot_mapping, kv, rope, want_q=True)
-        else:
-            q = self.q_norm(linear(x, self.q_proj.weight).view(t, self.num_heads, self.head_dim))
-            q = rope.apply(q, ctx.positions)
-            self.write_kv(x, ctx.positions, ctx.slot_mapping, kv, rope)
+        q = self.q_norm(linear(x, self.q_proj.weight).view(t, self.num_heads, self.head_dim))
+        q = rope.apply(q, ctx.positions)
+        self.write_kv(x, ctx.positions, ctx.slot_mapping, kv, rope)
         o = paged_attention(q, kv[0], kv[1], ctx, self.head_dim ** -0.5)
         return linear(o.reshape(t, -1), self.o_proj.weight)
 
@@ -132,7 +120,25 @@ class Qwen3DecoderLayer(nn.Module):
         self.self_attn.fuse()
         self.mlp.fuse()
 
+    def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
+        """CUDA: six launches per layer (qkv+norm, q/k norm+RoPE+cache store, attention x2, o+residual,
+        gate_up+norm+SiLU, down+residual), each row batch-invariant."""
+        from sparkdec.ops.triton_fused import qkv_rope_store
+        from sparkdec.ops.triton_gemm import gemm
+
+        attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
+        t = h.shape[0]
+        qkv = gemm(h, attn.qkv_weight, norm_weight=ln1.weight, eps=ln1.eps)  # [T, (Hq + 2 Hkv) * D]
+        q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
+                           attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
+        o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
+        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
+        x = gemm(h, mlp.gate_up_weight, norm_weight=ln2.weight, eps=ln2.eps, silu=True)  # [T, I]
+        return gemm(x, mlp.down_proj.weight, residual=h)
+
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
+        if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:
+            return self._fused_forward(h, ctx, kv, rope)
         attn = self.self_attn(self.input_layernorm(h), ctx, kv, rope)
         if h.is_cuda:
             from sparkdec.ops.triton_fused import rms_norm as fused_norm

@@ -11,22 +11,24 @@ import torch
 import triton
 import triton.language as tl
 
+from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
+
 SPLIT = 256  # keys per split (fixed: part of the reduction order)
 BLOCK_N = 64
+PROGRAMS = 16  # programs per (row, kv head); each takes every PROGRAMS-th split
 
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr, scale,
                   stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                  SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
+                  SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr,
+                  PDL: tl.constexpr):
     row = tl.program_id(0)
     kvh = tl.program_id(1)
-    split = tl.program_id(2)
+    if PDL:
+        gdc_wait()
     kv_len = tl.load(len_ptr + row)
-    start = split * SPLIT_N
-    if start >= kv_len:
-        return
     seq = tl.load(seq_ptr + row)
     g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, D_PAD)
@@ -34,6 +36,24 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr
     heads = kvh * GROUP + g
     q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None] & dm[None, :],
                 other=0.0)
+    # NOTE: a fixed number of programs per (row, kv head) walk the splits p, p + PROGRAMS, ...: the grid
+    # stays small when a graph sizes it for the longest context; each split is still reduced on its own
+    for j in range(0, ITERS):
+        split = tl.program_id(2) + j * PROGRAMS
+        start = split * SPLIT_N
+        if start < kv_len:
+            _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh, stride_bt, page_size,
+                        num_splits, row, kvh, seq, kv_len, split, start, g, d, dm, heads, GROUP, GROUP_PAD, D, D_PAD,
+                        SPLIT_N, BLOCK)
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh, stride_bt, page_size, num_splits,
+                row, kvh, seq, kv_len, split, start, g, d, dm, heads, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+                D: tl.constexpr, D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
+    """One split of one (row, kv head): partial softmax state (max, sum, weighted values) to the workspace."""
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
@@ -61,9 +81,12 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr
 
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
-                    SPLIT_N: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
+                    SPLIT_N: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                    PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
+    if PDL:
+        gdc_wait()
     used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)
     sp = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, D_PAD)
@@ -89,12 +112,15 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     splits = triton.cdiv(max_kv_len, SPLIT)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
-    _split_kernel[(t, hkv, splits)](q, k_cache, v_cache, block_tables, row_seq, row_kv_len, acc, ml, scale,
+    programs = min(splits, PROGRAMS)
+    extra = {"launch_pdl": True} if USE_PDL else {}
+    _split_kernel[(t, hkv, programs)](q, k_cache, v_cache, block_tables, row_seq, row_kv_len, acc, ml, scale,
                                     q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
                                     block_tables.stride(0), page_size, splits, GROUP=group,
                                     GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
-                                    SPLIT_N=SPLIT, BLOCK=BLOCK_N)
+                                    SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs, ITERS=triton.cdiv(splits, programs), PDL=USE_PDL, **extra)
     out = torch.empty_like(q)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
-                               SPLITS_PAD=triton.next_power_of_2(splits), D=d, D_PAD=max(16, triton.next_power_of_2(d)))
+                               SPLITS_PAD=triton.next_power_of_2(splits), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
+                               PDL=USE_PDL, **extra)
     return out

@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the CUDA path: RMSNorm, residual add + RMSNorm, per-head norm + RoPE, SiLU-mul.
+"""Fused Triton kernels for the CUDA path: RMSNorm (+ residual add), q/k norm + RoPE + KV store, SiLU-mul.
 
 One program per row (or per row and head), so a row's result never depends on the batch. Each kernel has
 the torch reference in ops/norms.py / ops/rope.py; tests/test_ops.py checks them in Triton's interpreter.
@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from sparkdec.ops.triton_gemm import USE_PDL, gdc_wait
 
 
 @triton.jit
@@ -40,16 +42,23 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
 
 
 @triton.jit
-def _head_norm_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, dst_ptr, dst_rows_ptr, eps, stride_xt, stride_xh,
-                           stride_dt, stride_dh, stride_cos, HALF: tl.constexpr, USE_ROWS: tl.constexpr):
+def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, eps,
+                           stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols,
+                           NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0)
-    h = tl.program_id(1)
+    h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
+    if PDL:
+        gdc_wait()
     offs = tl.arange(0, HALF)
-    base = x_ptr + t * stride_xt + h * stride_xh
+    is_q = h < NUM_Q
+    kvh = h - NUM_Q
+    col = tl.where(is_q, h * 2 * HALF, q_cols + kvh * 2 * HALF)
+    base = qkv_ptr + t * stride_t + col
     a = tl.load(base + offs).to(tl.float32)
     b = tl.load(base + HALF + offs).to(tl.float32)
     inv = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF) + eps)
-    dt = x_ptr.dtype.element_ty
+    dt = qkv_ptr.dtype.element_ty
+    w_ptr = tl.where(is_q, qw_ptr, kw_ptr)
     a = (tl.load(w_ptr + offs) * (a * inv).to(dt)).to(dt).to(tl.float32)
     b = (tl.load(w_ptr + HALF + offs) * (b * inv).to(dt)).to(dt).to(tl.float32)
     pos = tl.load(pos_ptr + t)
@@ -57,22 +66,37 @@ def _head_norm_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, dst_ptr, dst
     c2 = tl.load(cos_ptr + pos * stride_cos + HALF + offs).to(dt).to(tl.float32)
     s1 = tl.load(sin_ptr + pos * stride_cos + offs).to(dt).to(tl.float32)
     s2 = tl.load(sin_ptr + pos * stride_cos + HALF + offs).to(dt).to(tl.float32)
-    row = tl.load(dst_rows_ptr + t) if USE_ROWS else t
-    out = dst_ptr + row * stride_dt + h * stride_dh
-    tl.store(out + offs, (a * c1 - b * s1).to(dst_ptr.dtype.element_ty))
-    tl.store(out + HALF + offs, (b * c2 + a * s2).to(dst_ptr.dtype.element_ty))
+    lo = (a * c1 - b * s1).to(dt)
+    hi = (b * c2 + a * s2).to(dt)
+    if is_q:
+        out = q_ptr + t * stride_qt + h * stride_qh
+        tl.store(out + offs, lo)
+        tl.store(out + HALF + offs, hi)
+    else:
+        slot = tl.load(slot_ptr + t)
+        out = k_ptr + slot * stride_cs + kvh * stride_ch
+        tl.store(out + offs, lo)
+        tl.store(out + HALF + offs, hi)
+        vsrc = base + NUM_KV * 2 * HALF
+        vdst = v_ptr + slot * stride_cs + kvh * stride_ch
+        tl.store(vdst + offs, tl.load(vsrc + offs))
+        tl.store(vdst + HALF + offs, tl.load(vsrc + HALF + offs))
 
 
-def head_norm_rope(x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor,
-                   positions: torch.Tensor, dst: torch.Tensor | None = None, dst_rows: torch.Tensor | None = None):
-    """x [T, H, D]: per-head RMSNorm then RoPE at positions [T]. Writes dst[dst_rows[t]] (e.g. a KV cache
-    at slots) when given, else returns a new [T, H, D] tensor."""
-    t, h, d = x.shape
-    out = dst if dst is not None else torch.empty_like(x)
-    _head_norm_rope_kernel[(t, h)](x, weight, cos, sin, positions, out, dst_rows if dst_rows is not None else positions,
-                                   eps, x.stride(0), x.stride(1), out.stride(0), out.stride(1), cos.stride(0),
-                                   HALF=d // 2, USE_ROWS=dst_rows is not None)
-    return out
+def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weight, eps: float, cos, sin,
+                   positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
+    """qkv [T, (num_q + 2 num_kv) * D] (q heads, k heads, v heads) -> q [T, num_q, D] normed and rotated;
+    keys are normed, rotated and stored at k_cache[slots], values stored at v_cache[slots]. One launch.
+    num_q = 0 stores keys and values only (the drafter's context write) and returns None."""
+    t = qkv.shape[0]
+    d = k_cache.shape[2]
+    q = torch.empty(t, max(num_q, 1), d, dtype=qkv.dtype, device=qkv.device)
+    extra = {"launch_pdl": True} if USE_PDL else {}
+    _qkv_rope_store_kernel[(t, num_q + num_kv)](
+        qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
+        eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
+        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, PDL=USE_PDL, **extra)
+    return q if num_q else None
 
 
 @triton.jit

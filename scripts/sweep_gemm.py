@@ -1,0 +1,95 @@
+"""Device: time ops/triton_gemm.py against cuBLAS on the Qwen3-4B/8B decode shapes and sweep its tile configs.
+
+Each timing is a CUDA graph of L launches over L different weight copies (L2 defeated), at M = 16 rows (the
+smallest verify tier). Prints and writes JSON: per shape cuBLAS µs, our µs per config (PDL on and off for the
+best), and the best config, to be copied into triton_gemm.CONFIGS.
+usage: python scripts/sweep_gemm.py OUT.json [--quick]
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from sparkdec.ops import triton_gemm as tg
+
+SHAPES = {  # name: (N rows of the weight, K, silu)
+    "4b.qkv": (6144, 2560, False), "4b.o": (2560, 4096, False), "4b.gate_up": (19456, 2560, True),
+    "4b.down": (2560, 9728, False), "4b.lm_head": (151936, 2560, False),
+    "8b.qkv": (6144, 4096, False), "8b.o": (4096, 4096, False), "8b.gate_up": (24576, 4096, True),
+    "8b.down": (4096, 12288, False), "8b.lm_head": (151936, 4096, False),
+}
+
+
+def graph_time(fn, copies: int, reps: int = 20) -> float:
+    """µs per call of fn(i) for i over the weight copies, captured in one graph."""
+    for i in range(copies):
+        fn(i)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(copies):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        g.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1e3 / reps / copies
+
+
+def configs(n: int, quick: bool):
+    bns = (32, 64, 128) if n > 100000 else (16, 32, 64)
+    bks = (128, 256) if quick else (128, 256, 512)
+    stages = (4,) if quick else (3, 4)
+    return [c for c in itertools.product(bns, bks, (4, 8), stages) if not (c[0] >= 64 and c[1] >= 512)]
+
+
+def main(out_path: str, quick: bool) -> None:
+    res = {"device": torch.cuda.get_device_name(), "m": 16, "shapes": {}}
+    dev, dt = "cuda", torch.bfloat16
+    for name, (n, k, silu) in SHAPES.items():
+        nbytes = n * k * 2
+        copies = max(2, min(24, (3 << 30) // nbytes))
+        ws = [torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5 for _ in range(copies)]
+        x = torch.randn(16, k, device=dev, dtype=dt)
+        nw = torch.ones(k, device=dev, dtype=dt)
+        outs = [torch.empty(16, n // 2 if silu else n, device=dev, dtype=dt) for _ in range(copies)]
+        cublas = graph_time(lambda i: F.linear(x, ws[i]), copies)
+        entry = {"N": n, "K": k, "silu": silu, "bytes": nbytes, "cublas_us": cublas,
+                 "cublas_TBps": nbytes / cublas / 1e6, "configs": {}}
+        best = None
+        for cfg in configs(n, quick):
+            tg.CONFIGS[(n, k)] = cfg
+            try:
+                us = graph_time(lambda i: tg.gemm(x, ws[i], norm_weight=nw if silu else None, eps=1e-6, silu=silu,
+                                                  out=outs[i]), copies)
+            except Exception as exc:  # a config that does not compile (shared memory) is skipped
+                entry["configs"][str(cfg)] = repr(exc)[:200]
+                continue
+            entry["configs"][str(cfg)] = us
+            if best is None or us < best[1]:
+                best = (cfg, us)
+        tg.CONFIGS[(n, k)] = best[0]
+        tg.USE_PDL = False
+        no_pdl = graph_time(lambda i: tg.gemm(x, ws[i], norm_weight=nw if silu else None, eps=1e-6, silu=silu,
+                                              out=outs[i]), copies)
+        tg.USE_PDL = True
+        entry.update(best=list(best[0]), best_us=best[1], best_TBps=nbytes / best[1] / 1e6, best_no_pdl_us=no_pdl)
+        res["shapes"][name] = entry
+        print(f"{name}: cublas {cublas:.1f} us ({entry['cublas_TBps']:.2f} TB/s), ours {best[1]:.1f} us "
+              f"({entry['best_TBps']:.2f} TB/s) {best[0]}, without PDL {no_pdl:.1f} us", flush=True)
+        del ws, outs
+        torch.cuda.empty_cache()
+    with open(out_path, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], "--quick" in sys.argv)

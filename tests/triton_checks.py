@@ -1,0 +1,74 @@
+"""Run by tests/test_ops.py under TRITON_INTERPRET=1: the CUDA kernels' logic against the reference ops, on CPU."""
+from __future__ import annotations
+
+import torch
+
+from sparkdec.config import TargetConfig
+from sparkdec.engine.context import build_context
+from sparkdec.models.qwen3 import Qwen3DecoderLayer
+from sparkdec.ops.norms import rms_norm
+from sparkdec.ops.rope import RotaryTable
+from sparkdec.ops.triton_fused import qkv_rope_store
+from sparkdec.ops.triton_gemm import gemm
+
+
+def close(a, b, tol=1e-4):
+    assert torch.allclose(a, b, rtol=tol, atol=tol), (a - b).abs().max()
+
+
+def check_gemm():
+    for n, k in [(48, 40), (200, 96), (33, 300)]:
+        w, x, nw, r = torch.randn(n, k), torch.randn(40, k), torch.randn(k), torch.randn(40, n)
+        out = gemm(x, w)
+        close(out, x @ w.T)
+        for m in (1, 5, 16, 17, 39):  # a row's result does not depend on how many rows share the call
+            assert torch.equal(gemm(x[:m], w), out[:m]), (n, k, m)
+        close(gemm(x, w, norm_weight=nw, eps=1e-6), rms_norm(x, nw, 1e-6) @ w.T)
+        close(gemm(x, w, residual=r), r + x @ w.T)
+        w2 = torch.randn(2 * n, k)
+        close(gemm(x, w2, silu=True), torch.nn.functional.silu(x @ w2[:n].T) * (x @ w2[n:].T))
+
+
+def check_qkv_rope_store():
+    t, hq, hkv, d = 5, 4, 2, 16
+    rope = RotaryTable(d, 1e4, 64)
+    qkv, qw, kw = torch.randn(t, (hq + 2 * hkv) * d), torch.randn(d), torch.randn(d)
+    pos, slots = torch.tensor([3, 9, 10, 40, 63]), torch.tensor([7, 0, 2, 30, 31])
+    kc, vc = torch.zeros(32, hkv, d), torch.zeros(32, hkv, d)
+    q = qkv_rope_store(qkv, hq, hkv, qw, kw, 1e-6, rope.cos, rope.sin, pos, slots, kc, vc)
+    heads = qkv.view(t, hq + 2 * hkv, d)
+    close(q, rope.apply(rms_norm(heads[:, :hq], qw, 1e-6), pos))
+    close(kc[slots], rope.apply(rms_norm(heads[:, hq:hq + hkv], kw, 1e-6), pos))
+    assert torch.equal(vc[slots], heads[:, hq + hkv:])
+    kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(vc)
+    assert qkv_rope_store(qkv[:, hq * d:], 0, hkv, None, kw, 1e-6, rope.cos, rope.sin, pos, slots, kc2, vc2) is None
+    assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
+
+
+def check_fused_layer():
+    cfg = TargetConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e4,
+                       max_position_embeddings=128, tie_word_embeddings=True)
+    ref, fused = Qwen3DecoderLayer(cfg), Qwen3DecoderLayer(cfg)
+    for p in ref.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    fused.load_state_dict(ref.state_dict())
+    fused.fuse()
+    rope, ps = RotaryTable(16, 1e4, 128), 16
+    ctx = build_context([(list(range(4)), list(range(0, 20)), False), (list(range(4, 8)), [5, 6, 7], True)], ps, "cpu")
+    h = torch.randn(ctx.num_tokens, 64)
+    caches = [(torch.zeros(8 * ps, 2, 16), torch.zeros(8 * ps, 2, 16)) for _ in range(2)]
+    with torch.no_grad():
+        want = ref(h, ctx, caches[0], rope)
+        got = fused._fused_forward(h, ctx, caches[1], rope)
+    close(got, want)
+    close(caches[1][0], caches[0][0])
+    close(caches[1][1], caches[0][1])
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    check_gemm()
+    check_qkv_rope_store()
+    check_fused_layer()
+    print("ok")
