@@ -9,7 +9,8 @@ from sparkdec.models.qwen3 import Qwen3DecoderLayer
 from sparkdec.ops.norms import rms_norm
 from sparkdec.ops.rope import RotaryTable
 from sparkdec.ops.triton_fused import qkv_rope_store
-from sparkdec.ops.triton_gemm import gemm
+from sparkdec.ops import triton_gemm
+from sparkdec.ops.triton_gemm import gemm, interleave_gate_up
 
 
 def close(a, b, tol=1e-4):
@@ -17,7 +18,10 @@ def close(a, b, tol=1e-4):
 
 
 def check_gemm():
-    for n, k in [(48, 40), (200, 96), (33, 300)]:
+    for n, k, cfg in [(48, 40, None), (200, 96, None), (33, 300, None), (200, 128, (32, 32, 4, 4, 2)),
+                      (64, 128, (32, 16, 2, 4, 2))]:
+        if cfg:  # split-K: slices reduced by the tile's last program, in slice order
+            triton_gemm.CONFIGS[(n, k)] = triton_gemm.CONFIGS[(2 * n, k)] = cfg
         w, x, nw, r = torch.randn(n, k), torch.randn(40, k), torch.randn(k), torch.randn(40, n)
         out = gemm(x, w)
         close(out, x @ w.T)
@@ -25,8 +29,9 @@ def check_gemm():
             assert torch.equal(gemm(x[:m], w), out[:m]), (n, k, m)
         close(gemm(x, w, norm_weight=nw, eps=1e-6), rms_norm(x, nw, 1e-6) @ w.T)
         close(gemm(x, w, residual=r), r + x @ w.T)
-        w2 = torch.randn(2 * n, k)
-        close(gemm(x, w2, silu=True), torch.nn.functional.silu(x @ w2[:n].T) * (x @ w2[n:].T))
+        g, u = torch.randn(n, k), torch.randn(n, k)
+        close(gemm(x, interleave_gate_up(g, u), silu=True), torch.nn.functional.silu(x @ g.T) * (x @ u.T))
+    assert all(int(c.abs().sum()) == 0 for c in triton_gemm._COUNTERS.values()), "split-K counters not reset"
 
 
 def check_qkv_rope_store():

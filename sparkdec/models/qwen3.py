@@ -93,17 +93,19 @@ class Qwen3MLP(nn.Module):
         self.gate_up_weight: torch.Tensor | None = None
 
     def fuse(self) -> None:
-        fused = torch.cat([self.gate_proj.weight, self.up_proj.weight]).detach()
-        n = self.gate_proj.weight.shape[0]
-        self.gate_proj.weight = nn.Parameter(fused[:n], requires_grad=False)
-        self.up_proj.weight = nn.Parameter(fused[n:], requires_grad=False)
+        from sparkdec.ops.triton_gemm import interleave_gate_up
+
+        # rows g0, u0, g1, u1, ...: one weight tile feeds both halves of SiLU(gate) * up (ops/triton_gemm.py)
+        fused = interleave_gate_up(self.gate_proj.weight.detach(), self.up_proj.weight.detach())
+        self.gate_proj.weight = nn.Parameter(fused[0::2], requires_grad=False)
+        self.up_proj.weight = nn.Parameter(fused[1::2], requires_grad=False)
         self.gate_up_weight = fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_weight is not None:
-            from sparkdec.ops.triton_fused import silu_mul
+        if self.gate_up_weight is not None and x.is_cuda:
+            from sparkdec.ops.triton_gemm import gemm
 
-            return linear(silu_mul(linear(x, self.gate_up_weight)), self.down_proj.weight)
+            return linear(gemm(x, self.gate_up_weight, silu=True), self.down_proj.weight)
         gate = torch.nn.functional.silu(linear(x, self.gate_proj.weight))
         return linear(gate * linear(x, self.up_proj.weight), self.down_proj.weight)
 

@@ -1,4 +1,4 @@
-"""Fused Triton kernels for the CUDA path: RMSNorm (+ residual add), q/k norm + RoPE + KV store, SiLU-mul.
+"""Fused Triton kernels for the CUDA path: RMSNorm (+ residual add), q/k norm + RoPE + KV store.
 
 One program per row (or per row and head), so a row's result never depends on the batch. Each kernel has
 the torch reference in ops/norms.py / ops/rope.py; tests/test_ops.py checks them in Triton's interpreter.
@@ -97,23 +97,3 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
         NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, PDL=USE_PDL, **extra)
     return q if num_q else None
-
-
-@triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, n, stride_g, stride_o, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    g = tl.load(gu_ptr + row * stride_g + offs, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(gu_ptr + row * stride_g + n + offs, mask=mask, other=0.0)
-    silu = (g / (1.0 + tl.exp(-g))).to(u.dtype)
-    tl.store(out_ptr + row * stride_o + offs, silu * u, mask=mask)
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up [M, 2I] (gate then up) -> silu(gate) * up [M, I]."""
-    m, n2 = gate_up.shape
-    out = torch.empty(m, n2 // 2, dtype=gate_up.dtype, device=gate_up.device)
-    block = 1024
-    _silu_mul_kernel[(m, triton.cdiv(n2 // 2, block))](gate_up, out, n2 // 2, gate_up.stride(0), out.stride(0), BLOCK=block)
-    return out

@@ -6,7 +6,7 @@ rows (DESIGN §3.4). The tile configuration is a function of (N, K) only, never 
 
 Fusions (each replaces a kernel of the reference layer):
 - norm: x -> w * rmsnorm(x), the row's sum of squares computed by the program itself (x is small at decode);
-- silu: W holds [gate; up]; y = silu(x @ gate^T) * (x @ up^T) (Qwen3 MLP);
+- silu: W interleaves gate and up rows; y = silu(x @ gate^T) * (x @ up^T) (Qwen3 MLP);
 - residual: y = residual + x @ W^T (the decoder layer's skip connection).
 Launched with programmatic dependent launch (PDL) where the device supports it: the next kernel's programs
 start while this one drains, and wait (gdc_wait) before reading anything the previous kernel wrote.
@@ -28,16 +28,40 @@ if not INTERPRET:
 else:  # the interpreter has no grid dependency control; PDL is off there
     gdc_launch_dependents = gdc_wait = None
 
-# (N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages), chosen on the H200 (scripts/sweep_gemm.py)
-CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+# (weight rows, K) -> (BLOCK_N weight rows per tile, BLOCK_K, SPLIT_K, num_warps, num_stages), chosen on the
+# H200 (scripts/sweep_gemm.py). Never a function of M: SPLIT_K and BLOCK_K fix each row's reduction order.
+# The shipped table is sparkdec/ops/gemm_configs.json; SPARKDEC_GEMM_CONFIGS=path replaces it (a sweep's output).
+CONFIGS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+MAX_TILES = 1 << 16
 
 
-def pick_config(n: int, k: int) -> tuple[int, int, int, int]:
+def load_configs(path: str | os.PathLike | None = None) -> None:
+    """Read {"N,K": [BLOCK_N, BLOCK_K, SPLIT_K, warps, stages]} into CONFIGS."""
+    import json
+    import pathlib
+
+    path = path or os.environ.get("SPARKDEC_GEMM_CONFIGS") or pathlib.Path(__file__).with_name("gemm_configs.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        table = json.load(f)
+    CONFIGS.update({tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.get("configs", {}).items()})
+
+
+def pick_config(n: int, k: int) -> tuple[int, int, int, int, int]:
     if (n, k) in CONFIGS:
         return CONFIGS[(n, k)]
     block_k = max(16, min(256, triton.next_power_of_2(k)))
     block_n = 16 if n <= 4096 else 32
-    return block_n, block_k, 4, 4
+    return block_n, block_k, 1, 4, 4
+
+
+def _counters(device: torch.device) -> torch.Tensor:
+    """Per-tile arrival counters of split-K programs; each tile's last program resets its counter to 0."""
+    if device not in _COUNTERS:
+        _COUNTERS[device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=device)
+    return _COUNTERS[device]
 
 
 @triton.jit
@@ -63,22 +87,43 @@ def _mma(acc, x, w, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, M, N, eps, stride_xm, stride_wn, stride_om, stride_rm,
-                 up_offset, K: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
+def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU: tl.constexpr,
+              RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, OUT_N: tl.constexpr):
+    dt = out_ptr.dtype.element_ty
+    cols = pid_n * OUT_N + tl.arange(0, OUT_N)
+    if SILU:
+        gate, up = tl.split(tl.reshape(acc, [BLOCK_M, OUT_N, 2]))  # [BLOCK_M, OUT_N] each
+        g = gate.to(dt).to(tl.float32)
+        y = (g / (1.0 + tl.exp(-g))).to(dt) * up.to(dt)
+    else:
+        y = acc.to(dt)
+    omask = rmask[:, None] & (cols < N)[None, :]
+    if RESIDUAL:
+        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=omask, other=0.0)
+        # NOTE: the sum is rounded to the activation dtype, as the reference `h = h + delta` does
+        y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y, mask=omask)
+
+
+@triton.jit
+def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, ws_ptr, cnt_ptr, M, N, eps, stride_xm, stride_wn, stride_om,
+                 stride_rm, K: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
+    pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
+    # with SILU the weight rows interleave gate and up (g0, u0, g1, u1, ...): BLOCK_N rows give BLOCK_N/2 outputs
+    OUT_N: tl.constexpr = BLOCK_N // 2 if SILU else BLOCK_N
+    K_SLICE: tl.constexpr = K // SPLIT_K
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    wrows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     rmask = rows < M
-    cmask = cols < N
+    wmask = wrows < (2 * N if SILU else N)
+    k_begin = pid_s * K_SLICE
     # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
-    w = _load_w(w_ptr, cols, cmask, ks, ks < K, stride_wn)
-    wu = w
-    if SILU:
-        wu = _load_w(w_ptr, cols + up_offset, cmask, ks, ks < K, stride_wn)
+    w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
     if PDL:
         gdc_wait()
     inv = tl.zeros([BLOCK_M], tl.float32)
@@ -90,51 +135,70 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, M, N, eps, stride_xm, s
                          other=0.0).to(tl.float32)
             ss += tl.sum(xk * xk, 1)
         inv = tl.rsqrt(ss / K + eps)
-    x = _load_x(x_ptr, nw_ptr, rows, rmask, ks, ks < K, stride_xm, inv, NORM)
+    x = _load_x(x_ptr, nw_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm, inv, NORM)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    if SILU:
-        acc_up = _mma(acc_up, x, wu, IEEE)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        kk = k0 + ks
+    for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
+        kk = k_begin + k0 + ks
         kmask = kk < K
         x = _load_x(x_ptr, nw_ptr, rows, rmask, kk, kmask, stride_xm, inv, NORM)
-        acc = _mma(acc, x, _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn), IEEE)
-        if SILU:
-            acc_up = _mma(acc_up, x, _load_w(w_ptr, cols + up_offset, cmask, kk, kmask, stride_wn), IEEE)
+        acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
     if PDL:
         gdc_launch_dependents()
-    dt = out_ptr.dtype.element_ty
-    y = acc.to(dt)
-    if SILU:
-        g = y.to(tl.float32)
-        y = (g / (1.0 + tl.exp(-g))).to(dt) * acc_up.to(dt)
-    omask = rmask[:, None] & cmask[None, :]
-    if RESIDUAL:
-        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=omask, other=0.0)
-        # NOTE: the sum is rounded to the activation dtype, as the reference `h = h + delta` does
-        y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y, mask=omask)
+    if SPLIT_K == 1:
+        _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
+    else:
+        # every slice stores its fp32 partial; the tile's last program to arrive sums them in slice order
+        # (0, 1, ...), so the result does not depend on which program finished first
+        tile = pid_n * tl.num_programs(0) + pid_m
+        num_tiles = tl.num_programs(0) * tl.num_programs(1)
+        part = (tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
+        tl.store(ws_ptr + (pid_s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, acc)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for s in range(0, SPLIT_K):
+                total += tl.load(ws_ptr + (s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, cache_modifier=".cg")
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+            _epilogue(total, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
+                      OUT_N)
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
          silu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight = [gate; up]), else N'.
+    """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
+    g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     norm_weight: apply w * rmsnorm(x) first. residual [M, N]: add it to the product."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
-    block_n, block_k, warps, stages = pick_config(weight.shape[0], k)
+    block_n, block_k, split_k, warps, stages = pick_config(weight.shape[0], k)
+    if k % (split_k * block_k):
+        split_k = 1
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0:
         return out
     res = residual if residual is not None else out
     nw = norm_weight if norm_weight is not None else weight
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, block_n))
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(weight.shape[0], block_n), split_k)
+    ws, cnt = out, out
+    if split_k > 1:
+        tiles = grid[0] * grid[1]
+        assert tiles <= MAX_TILES, f"gemm: {tiles} split-K tiles exceed the counter buffer"
+        ws = torch.empty(split_k * tiles * BLOCK_M * block_n, dtype=torch.float32, device=x.device)
+        cnt = _counters(x.device)
     extra = {"launch_pdl": True} if USE_PDL else {}
-    _gemm_kernel[grid](x, weight, out, res, nw, m, n, eps, x.stride(0), weight.stride(0), out.stride(0),
-                       res.stride(0), n, K=k, NORM=norm_weight is not None, SILU=silu, RESIDUAL=residual is not None,
+    _gemm_kernel[grid](x, weight, out, res, nw, ws, cnt, m, n, eps, x.stride(0), weight.stride(0), out.stride(0),
+                       res.stride(0), K=k, NORM=norm_weight is not None, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, PDL=USE_PDL, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
-                       num_warps=warps, num_stages=stages, **extra)
+                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **extra)
     return out
+
+
+load_configs()
+
+
+def interleave_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """[I, K], [I, K] -> [2I, K] with rows g0, u0, g1, u1, ... (the layout gemm(..., silu=True) reads)."""
+    return torch.stack([gate, up], 1).reshape(2 * gate.shape[0], gate.shape[1])
