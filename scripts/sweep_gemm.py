@@ -49,7 +49,7 @@ def configs(n: int, k: int, quick: bool):
     if n > 100000:
         return [(bn, 128, 1, 4, st) for bn in (64, 128) for st in (3, 4)]
     out = []
-    for bn, bk, split, st in itertools.product((16, 32, 64), (64, 128, 256), (1, 2, 4, 8), (3, 4)):
+    for bn, bk, split, st in itertools.product((32, 64), (128, 256), (1, 2, 4, 8), (3, 4)):
         if k % (split * bk) or (quick and st == 3):
             continue
         out.append((bn, bk, split, 4, st))

@@ -24,13 +24,13 @@ from sparkdec.ops.triton_attention import triton_paged_attention
 
 torch.manual_seed(0)
 hq, hkv, d, ps = 8, 2, 24, 16
-kc, vc = torch.randn(64 * ps, hkv, d), torch.randn(64 * ps, hkv, d)
+kc, vc = torch.randn(200 * ps, hkv, d), torch.randn(200 * ps, hkv, d)
 rows = [(list(range(0, 40)), list(range(300, 305)), False), (list(range(40, 64)), list(range(100, 104)), True),
-        (list(range(0, 40)), [3], False)]
+        (list(range(0, 40)), [3], False), (list(range(64, 200)), [2100, 2101], False)]
 ctx = build_context(rows, ps, "cpu")
 q = torch.randn(ctx.num_tokens, hq, d)
 ref = paged_attention(q, kc, vc, ctx, d ** -0.5)
-out = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 600, d ** -0.5)
+out = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5)
 assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
 print("ok")
 """
@@ -38,7 +38,8 @@ print("ok")
 
 def test_triton_attention_matches_reference_in_interpreter():
     """The CUDA kernel's logic, run by Triton's CPU interpreter (set before triton is imported), against the
-    reference attention: causal rows, a bidirectional drafter block and a split boundary."""
+    reference attention: causal rows, a bidirectional drafter block, split boundaries and more splits than
+    the combine reduces in one chunk."""
     import os
     import subprocess
     import sys

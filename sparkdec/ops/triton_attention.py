@@ -13,9 +13,10 @@ import triton.language as tl
 
 from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
 
-SPLIT = 256  # keys per split (fixed: part of the reduction order)
+SPLIT = 128  # keys per split (fixed: part of the reduction order)
+CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
 BLOCK_N = 64
-PROGRAMS = 16  # programs per (row, kv head); each takes every PROGRAMS-th split
+PROGRAMS = 32  # programs per (row, kv head); each takes every PROGRAMS-th split
 
 
 @triton.jit
@@ -81,24 +82,33 @@ def _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stri
 
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
-                    SPLIT_N: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                    SPLIT_N: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
                     PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     if PDL:
         gdc_wait()
     used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)
-    sp = tl.arange(0, SPLITS_PAD)
+    sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row * num_heads + h) * num_splits
-    live = sp < used
-    m = tl.load(ml_ptr + (base + sp) * 2, mask=live, other=float("-inf"))
-    w = tl.where(live, tl.exp(m - tl.max(m, 0)), 0.0)
-    total = tl.sum(w * tl.load(ml_ptr + (base + sp) * 2 + 1, mask=live, other=0.0), 0)
-    parts = tl.load(acc_ptr + (base + sp)[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
-    # NOTE: a fixed-shape reduction over all splits: the order depends on nothing but the row itself
-    acc = tl.sum(parts * w[:, None], 0)
+    m = tl.full([CHUNK], float("-inf"), tl.float32)
+    for c in range(0, CHUNKS):
+        live = c * CHUNK + sp < used
+        m = tl.maximum(m, tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf")))
+    m_max = tl.max(m, 0)
+    # NOTE: fixed-size chunks of splits, summed chunk after chunk: the order depends on nothing but the row
+    # itself (not on how many splits the grid was sized for)
+    total = 0.0
+    acc = tl.zeros([D_PAD], tl.float32)
+    for c in range(0, CHUNKS):
+        idx = base + c * CHUNK + sp
+        live = c * CHUNK + sp < used
+        w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
+        total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
+        parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
+        acc += tl.sum(parts * w[:, None], 0)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, (acc / total).to(out_ptr.dtype.element_ty), mask=dm)
 
 
@@ -121,6 +131,6 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                     SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs, ITERS=triton.cdiv(splits, programs), PDL=USE_PDL, **extra)
     out = torch.empty_like(q)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
-                               SPLITS_PAD=triton.next_power_of_2(splits), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
+                               CHUNKS=triton.cdiv(splits, CHUNK), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
                                PDL=USE_PDL, **extra)
     return out
