@@ -20,6 +20,7 @@ from sparkdec.ops import triton_gemm as tg
 SHAPES = {  # name: (weight rows, K, how the engine calls it)
     "4b.qkv": (6144, 2560, "norm"), "4b.o": (2560, 4096, "residual"), "4b.gate_up": (19456, 2560, "norm_silu"),
     "4b.down": (2560, 9728, "residual"), "4b.lm_head": (151936, 2560, "plain"),
+    "4b.qkv_plain": (6144, 2560, "plain"), "4b.gate_up_plain": (19456, 2560, "silu"),
     "8b.qkv": (6144, 4096, "norm"), "8b.o": (4096, 4096, "residual"), "8b.gate_up": (24576, 4096, "norm_silu"),
     "8b.down": (4096, 12288, "residual"), "8b.lm_head": (151936, 4096, "plain"),
 }
@@ -49,7 +50,7 @@ def configs(n: int, k: int, quick: bool):
     if n > 100000:
         return [(bn, 128, 1, 4, st) for bn in (64, 128) for st in (3, 4)]
     out = []
-    for bn, bk, split, st in itertools.product((32, 64), (128, 256), (1, 2, 4, 8), (3, 4)):
+    for bn, bk, split, st in itertools.product((32, 64), (128, 256), (1, 2, 4, 8), (4,)):
         if k % (split * bk) or (quick and st == 3):
             continue
         out.append((bn, bk, split, 4, st))
@@ -57,10 +58,10 @@ def configs(n: int, k: int, quick: bool):
 
 
 def main(out_path: str, quick: bool) -> None:
-    res = {"device": torch.cuda.get_device_name(), "m": 16, "shapes": {}, "configs": {}}
+    res = {"device": torch.cuda.get_device_name(), "m": 16, "shapes": {}, "configs": {}, "configs_plain": {}}
     dev, dt = "cuda", torch.bfloat16
     for name, (n, k, mode) in SHAPES.items():
-        silu = mode == "norm_silu"
+        silu = mode.endswith("silu")
         nbytes = n * k * 2
         copies = max(2, min(24, (3 << 30) // nbytes))
         ws = [torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5 for _ in range(copies)]
@@ -89,13 +90,16 @@ def main(out_path: str, quick: bool) -> None:
         tg.USE_PDL = True
         entry.update(best=list(best[0]), best_us=best[1], best_TBps=nbytes / best[1] / 1e6, best_no_pdl_us=no_pdl)
         res["shapes"][name] = entry
-        res["configs"][f"{n},{k}"] = list(best[0])
+        res["configs_plain" if name.endswith("_plain") else "configs"][f"{n},{k}"] = list(best[0])
         print(f"{name}: cublas {cublas:.1f} us ({entry['cublas_TBps']:.2f} TB/s), ours {best[1]:.1f} us "
               f"({entry['best_TBps']:.2f} TB/s) {best[0]}, without PDL {no_pdl:.1f} us", flush=True)
         ws = outs = None
         torch.cuda.empty_cache()
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
+    # the same table with the plain-product choices, for SPARKDEC_FUSED_NORM=0 (norm in its own kernel)
+    with open(out_path.replace(".json", "_plain.json"), "w") as f:
+        json.dump({"configs": {**res["configs"], **res["configs_plain"]}}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -82,8 +82,8 @@ def _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stri
 
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
-                    SPLIT_N: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                    PDL: tl.constexpr):
+                    SPLIT_N: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr,
+                    D_PAD: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     if PDL:
@@ -131,6 +131,6 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                     SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs, ITERS=triton.cdiv(splits, programs), PDL=USE_PDL, **extra)
     out = torch.empty_like(q)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
-                               CHUNKS=triton.cdiv(splits, CHUNK), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
+                               CHUNK=CHUNK, CHUNKS=triton.cdiv(splits, CHUNK), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
                                PDL=USE_PDL, **extra)
     return out

@@ -14,8 +14,10 @@ from sparkdec.ops.triton_gemm import USE_PDL, gdc_wait
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
-                     HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
+    if PDL:
+        gdc_wait()
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
@@ -37,7 +39,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     out = torch.empty_like(x)
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
-                           out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n))
+                           out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), PDL=USE_PDL,
+                           **({"launch_pdl": True} if USE_PDL else {}))
     return (out, res_out) if residual is not None else out
 
 

@@ -72,11 +72,12 @@ def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn):
 
 @triton.jit
 def _load_x(x_ptr, nw_ptr, rows, rmask, kk, kmask, stride_xm, ss, NORM: tl.constexpr):
-    """x tile [BLOCK_M, BLOCK_K]; with NORM, (norm weight * x) and the running sum of squares of x."""
+    """x tile [BLOCK_M, BLOCK_K]; with NORM, (norm weight * x) and the running squares of x, kept elementwise
+    [BLOCK_M, BLOCK_K] so that the loop has no cross-thread reduction."""
     x = tl.load(x_ptr + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
     if NORM:
         xf = x.to(tl.float32)
-        ss += tl.sum(xf * xf, 1)
+        ss += xf * xf
         x = (tl.load(nw_ptr + kk, mask=kmask, other=0.0)[None, :].to(tl.float32) * xf).to(x.dtype)
     return x, ss
 
@@ -132,7 +133,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, ws_ptr, cnt_ptr, M, N, 
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
     if PDL:
         gdc_wait()
-    ss = tl.zeros([BLOCK_M], tl.float32)
+    ss = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
     x, ss = _load_x(x_ptr, nw_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm, ss, NORM)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
     for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
@@ -140,6 +141,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, ws_ptr, cnt_ptr, M, N, 
         kmask = kk < K
         x, ss = _load_x(x_ptr, nw_ptr, rows, rmask, kk, kmask, stride_xm, ss, NORM)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
+    ss = tl.sum(ss, 1)  # [BLOCK_M]
     if PDL:
         gdc_launch_dependents()
     if SPLIT_K == 1:
