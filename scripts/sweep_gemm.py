@@ -1,7 +1,7 @@
 """Device: time ops/triton_gemm.py against cuBLAS on the Qwen3-4B/8B decode shapes and sweep its tile configs.
 
 Each timing is a CUDA graph of L launches over L different weight copies (L2 defeated), at M = 16 rows (the
-smallest verify tier), called as the engine calls it (norm prologue, SiLU or residual epilogue). Prints and
+smallest verify tier), called as the engine calls it (SiLU or residual epilogue). Prints and
 writes JSON: per shape cuBLAS µs (plain product), our µs per config (PDL on and off for the best), and under
 "configs" the best per shape, in the format of sparkdec/ops/gemm_configs.json.
 usage: python scripts/sweep_gemm.py OUT.json [--quick]
@@ -18,10 +18,9 @@ import torch.nn.functional as F
 from sparkdec.ops import triton_gemm as tg
 
 SHAPES = {  # name: (weight rows, K, how the engine calls it)
-    "4b.qkv": (6144, 2560, "norm"), "4b.o": (2560, 4096, "residual"), "4b.gate_up": (19456, 2560, "norm_silu"),
+    "4b.qkv": (6144, 2560, "plain"), "4b.o": (2560, 4096, "residual"), "4b.gate_up": (19456, 2560, "silu"),
     "4b.down": (2560, 9728, "residual"), "4b.lm_head": (151936, 2560, "plain"),
-    "4b.qkv_plain": (6144, 2560, "plain"), "4b.gate_up_plain": (19456, 2560, "silu"),
-    "8b.qkv": (6144, 4096, "norm"), "8b.o": (4096, 4096, "residual"), "8b.gate_up": (24576, 4096, "norm_silu"),
+    "8b.qkv": (6144, 4096, "plain"), "8b.o": (4096, 4096, "residual"), "8b.gate_up": (24576, 4096, "silu"),
     "8b.down": (4096, 12288, "residual"), "8b.lm_head": (151936, 4096, "plain"),
 }
 
@@ -58,18 +57,17 @@ def configs(n: int, k: int, quick: bool):
 
 
 def main(out_path: str, quick: bool) -> None:
-    res = {"device": torch.cuda.get_device_name(), "m": 16, "shapes": {}, "configs": {}, "configs_plain": {}}
+    res = {"device": torch.cuda.get_device_name(), "m": 16, "shapes": {}, "configs": {}}
     dev, dt = "cuda", torch.bfloat16
     for name, (n, k, mode) in SHAPES.items():
-        silu = mode.endswith("silu")
+        silu = mode == "silu"
         nbytes = n * k * 2
         copies = max(2, min(24, (3 << 30) // nbytes))
         ws = [torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5 for _ in range(copies)]
         x = torch.randn(16, k, device=dev, dtype=dt)
-        nw = torch.ones(k, device=dev, dtype=dt) if mode.startswith("norm") else None
         outs = [torch.empty(16, n // 2 if silu else n, device=dev, dtype=dt) for _ in range(copies)]
         resid = torch.randn(16, n, device=dev, dtype=dt) if mode == "residual" else None
-        call = lambda i: tg.gemm(x, ws[i], norm_weight=nw, eps=1e-6, silu=silu, residual=resid, out=outs[i])
+        call = lambda i: tg.gemm(x, ws[i], silu=silu, residual=resid, out=outs[i])
         cublas = graph_time(lambda i: F.linear(x, ws[i]), copies)
         entry = {"N": n, "K": k, "mode": mode, "bytes": nbytes, "cublas_us": cublas,
                  "cublas_TBps": nbytes / cublas / 1e6, "configs": {}}
@@ -90,16 +88,13 @@ def main(out_path: str, quick: bool) -> None:
         tg.USE_PDL = True
         entry.update(best=list(best[0]), best_us=best[1], best_TBps=nbytes / best[1] / 1e6, best_no_pdl_us=no_pdl)
         res["shapes"][name] = entry
-        res["configs_plain" if name.endswith("_plain") else "configs"][f"{n},{k}"] = list(best[0])
+        res["configs"][f"{n},{k}"] = list(best[0])
         print(f"{name}: cublas {cublas:.1f} us ({entry['cublas_TBps']:.2f} TB/s), ours {best[1]:.1f} us "
               f"({entry['best_TBps']:.2f} TB/s) {best[0]}, without PDL {no_pdl:.1f} us", flush=True)
         ws = outs = None
         torch.cuda.empty_cache()
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
-    # the same table with the plain-product choices, for SPARKDEC_FUSED_NORM=0 (norm in its own kernel)
-    with open(out_path.replace(".json", "_plain.json"), "w") as f:
-        json.dump({"configs": {**res["configs"], **res["configs_plain"]}}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,10 @@
-"""Batch-invariant Triton matrix products (CUDA), with an optional RMSNorm prologue and residual / SiLU epilogues.
+"""Batch-invariant Triton matrix products (CUDA), with optional residual / SiLU epilogues and a fixed split-K.
 
-y = epilogue(prologue(x) @ W^T) for x [M, K], W [N, K]. Rows are processed in tiles of 16; a row's reduction
+y = epilogue(x @ W^T) for x [M, K], W [N, K]. Rows are processed in tiles of 16; a row's reduction
 runs over K in fixed BLOCK_K steps inside one program, so its result never depends on M or on the other
 rows (DESIGN §3.4). The tile configuration is a function of (N, K) only, never of M.
 
 Fusions (each replaces a kernel of the reference layer):
-- norm: x -> w * rmsnorm(x), computed as inv_rms(x) * ((w * x) @ W^T): the row's sum of squares accumulates in
-  the same loop as the product and scales the result at the end (no pass over x before the weights stream);
 - silu: W interleaves gate and up rows; y = silu(x @ gate^T) * (x @ up^T) (Qwen3 MLP);
 - residual: y = residual + x @ W^T (the decoder layer's skip connection).
 Launched with programmatic dependent launch (PDL) where the device supports it: the next kernel's programs
@@ -71,15 +69,8 @@ def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn):
 
 
 @triton.jit
-def _load_x(x_ptr, nw_ptr, rows, rmask, kk, kmask, stride_xm, ss, NORM: tl.constexpr):
-    """x tile [BLOCK_M, BLOCK_K]; with NORM, (norm weight * x) and the running squares of x, kept elementwise
-    [BLOCK_M, BLOCK_K] so that the loop has no cross-thread reduction."""
-    x = tl.load(x_ptr + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
-    if NORM:
-        xf = x.to(tl.float32)
-        ss += xf * xf
-        x = (tl.load(nw_ptr + kk, mask=kmask, other=0.0)[None, :].to(tl.float32) * xf).to(x.dtype)
-    return x, ss
+def _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm):
+    return tl.load(x_ptr + rows[:, None] * stride_xm + kk[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
 
 
 @triton.jit
@@ -90,13 +81,9 @@ def _mma(acc, x, w, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _epilogue(acc, ss, eps, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, K: tl.constexpr,
-              NORM: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
-              OUT_N: tl.constexpr):
+def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU: tl.constexpr,
+              RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, OUT_N: tl.constexpr):
     dt = out_ptr.dtype.element_ty
-    if NORM:
-        # rmsnorm(x) @ W^T = inv_rms * ((norm weight * x) @ W^T): the row's scale is applied once, here
-        acc = acc * tl.rsqrt(ss / K + eps)[:, None]
     cols = pid_n * OUT_N + tl.arange(0, OUT_N)
     if SILU:
         gate, up = tl.split(tl.reshape(acc, [BLOCK_M, OUT_N, 2]))  # [BLOCK_M, OUT_N] each
@@ -113,8 +100,8 @@ def _epilogue(acc, ss, eps, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, 
 
 
 @triton.jit
-def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, ws_ptr, cnt_ptr, M, N, eps, stride_xm, stride_wn, stride_om,
-                 stride_rm, K: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
+def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
+                 K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
@@ -133,50 +120,40 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, nw_ptr, ws_ptr, cnt_ptr, M, N, 
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
     if PDL:
         gdc_wait()
-    ss = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
-    x, ss = _load_x(x_ptr, nw_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm, ss, NORM)
+    x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
     for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
         kk = k_begin + k0 + ks
         kmask = kk < K
-        x, ss = _load_x(x_ptr, nw_ptr, rows, rmask, kk, kmask, stride_xm, ss, NORM)
+        x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
-    ss = tl.sum(ss, 1)  # [BLOCK_M]
     if PDL:
         gdc_launch_dependents()
     if SPLIT_K == 1:
-        _epilogue(acc, ss, eps, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, K, NORM, SILU, RESIDUAL,
-                  BLOCK_M, OUT_N)
+        _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
     else:
-        # every slice stores its fp32 partials (products, sums of squares); the tile's last program to arrive
+        # every slice stores its fp32 partial product; the tile's last program to arrive
         # sums them in slice order (0, 1, ...), so the result does not depend on which program finished first
         tile = pid_n * tl.num_programs(0) + pid_m
         num_tiles = tl.num_programs(0) * tl.num_programs(1)
         m_idx = tl.arange(0, BLOCK_M)
         part = m_idx[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        ss_ptr = ws_ptr + SPLIT_K * num_tiles * (BLOCK_M * BLOCK_N)  # [SPLIT_K, tiles, BLOCK_M] after the products
         tl.store(ws_ptr + (pid_s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, acc)
-        if NORM:
-            tl.store(ss_ptr + (pid_s * num_tiles + tile) * BLOCK_M + m_idx, ss)
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
             total = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-            ss_total = tl.zeros([BLOCK_M], tl.float32)
             for s in range(0, SPLIT_K):
                 total += tl.load(ws_ptr + (s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, cache_modifier=".cg")
-                if NORM:
-                    ss_total += tl.load(ss_ptr + (s * num_tiles + tile) * BLOCK_M + m_idx, cache_modifier=".cg")
             tl.atomic_xchg(cnt_ptr + tile, 0)
-            _epilogue(total, ss_total, eps, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, K, NORM,
-                      SILU, RESIDUAL, BLOCK_M, OUT_N)
+            _epilogue(total, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
+                      OUT_N)
 
 
-def gemm(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-         silu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
-    norm_weight: apply w * rmsnorm(x) first. residual [M, N]: add it to the product."""
+    residual [M, N]: add it to the product."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -188,17 +165,16 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | N
     if m == 0:
         return out
     res = residual if residual is not None else out
-    nw = norm_weight if norm_weight is not None else weight
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:
         tiles = grid[0] * grid[1]
         assert tiles <= MAX_TILES, f"gemm: {tiles} split-K tiles exceed the counter buffer"
-        ws = torch.empty(split_k * tiles * BLOCK_M * (block_n + 1), dtype=torch.float32, device=x.device)
+        ws = torch.empty(split_k * tiles * BLOCK_M * block_n, dtype=torch.float32, device=x.device)
         cnt = _counters(x.device)
     extra = {"launch_pdl": True} if USE_PDL else {}
-    _gemm_kernel[grid](x, weight, out, res, nw, ws, cnt, m, n, eps, x.stride(0), weight.stride(0), out.stride(0),
-                       res.stride(0), K=k, NORM=norm_weight is not None, SILU=silu, RESIDUAL=residual is not None,
+    _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
+                       res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, PDL=USE_PDL, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
                        SPLIT_K=split_k, num_warps=warps, num_stages=stages, **extra)
     return out
