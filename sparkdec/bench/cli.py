@@ -8,6 +8,10 @@ import subprocess
 
 
 def _commit() -> str:
+    import os
+
+    if os.environ.get("SPARKDEC_COMMIT"):  # a copied tree without its git history (the device) is told its commit
+        return os.environ["SPARKDEC_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -17,13 +21,18 @@ def _commit() -> str:
 def cmd_kernels(args: argparse.Namespace) -> int:
     from sparkdec.bench.kernels import main
 
+    meta = dict(date=datetime.date.today().isoformat(), commit=_commit(), command="sparkdec bench kernels "
+                f"--shapes {args.shapes} --contexts {args.contexts}")
+
+    def save(res: dict) -> None:  # after every shape/context, so a run cut short keeps what it measured
+        res.update(meta)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
+
     res = main(tuple(args.shapes.split(",")), tuple(int(c) for c in args.contexts.split(",")),
-               peer=not args.no_peer, simulate=not args.no_sim)
-    res.update(date=datetime.date.today().isoformat(), commit=_commit(), command="sparkdec bench kernels "
-               f"--shapes {args.shapes} --contexts {args.contexts}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+               peer=not args.no_peer, simulate=not args.no_sim, on_run=save)
+    save(res)
     print(json.dumps(res))
     return 0
 

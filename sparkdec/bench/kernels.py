@@ -89,6 +89,26 @@ def verify_times(engine: Engine, seq) -> dict:
     return out
 
 
+def graph_replay_ms(engine: Engine, seq) -> float | None:
+    """Device time of one decode forward (the smallest verify graph, replayed back to back), no host work."""
+    g = engine.runner.graphs
+    if g is None:
+        return None
+    pieces = [(seq.block_table, [seq.anchor], [seq.anchor_position])]
+    tier = g.tier_for(1, 1)
+    g._fill(pieces, [seq.block_table], tier)
+    graph = g.graphs[tier][0]
+    for _ in range(3):
+        graph.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(20):
+        graph.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / 20
+
+
 def propose_time(engine: Engine, seq) -> float:
     r = engine.runner
     pick = lambda z, k: z.argmax(-1)
@@ -163,7 +183,9 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     plain = make_engine(models, ctx, spec=False)
     seq = prefill(plain, ctx, 200)
     dec = decode_ms(plain, seq, 128)
-    res = {"shape": shape, "ctx": ctx, "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
+    replay = graph_replay_ms(plain, seq)
+    res = {"decode_graph_replay_ms": replay, "host_ms_per_decode_step": dec - replay if replay else None,
+           "shape": shape, "ctx": ctx, "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
            "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec, "fraction_of_floor": floor_ms / dec}
     spec = make_engine(models, ctx, spec=True)
     sseq = prefill(spec, ctx, 64)
@@ -189,13 +211,15 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     return res
 
 
-def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True) -> dict:
+def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True, on_run=None) -> dict:
     bw = copy_bandwidth()
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_Bps": bw, "runs": []}
     for shape in shapes:
         for i, ctx in enumerate(contexts):
             r = bench_shape(shape, ctx, bw, with_peer=peer and i == 0, with_sim=simulate and i == 0)
             results["runs"].append(r)
+            if on_run is not None:
+                on_run(results)
             print(f"{shape} ctx {ctx}: plain {r['plain_decode_ms']:.2f} ms/token ({r['fraction_of_floor']:.0%} of floor "
                   f"{r['floor_ms']:.2f} ms), verify(1) {r['verify_ms'][1]:.2f} verify(8) {r['verify_ms'][8]:.2f} ms, "
                   f"propose {r['propose_ms']:.2f} ms (floor {r['propose_floor_ms']:.2f})", flush=True)

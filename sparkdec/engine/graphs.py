@@ -11,7 +11,12 @@ import torch
 
 from sparkdec.engine.context import ForwardContext
 
-TIERS = (16, 32, 64, 128)
+TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
+
+
+def pinned(t: torch.Tensor) -> torch.Tensor:
+    """Page-locked host memory (asynchronous host->device copies) where CUDA exists; plain memory otherwise."""
+    return t.pin_memory() if torch.cuda.is_available() else t
 
 
 def capture_tiers(tiers, forward) -> dict:
@@ -53,12 +58,14 @@ class TargetGraphs:
         self.tiers = tiers
         t, pages = max(tiers), -(-max_positions // self.page_size)
         self.max_seqs = max_seqs
-        self.ids = torch.zeros(t, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(t, dtype=torch.long, device=dev)
-        self.slots = torch.zeros(t, dtype=torch.long, device=dev)
-        self.row_seq = torch.zeros(t, dtype=torch.int32, device=dev)
-        self.row_len = torch.ones(t, dtype=torch.int32, device=dev)
+        # NOTE: all per-round row metadata goes through one pinned host buffer and one copy (ids, positions,
+        # slots, row -> sequence, keys per row); the graph reads views of the device copy
+        self.stage = pinned(torch.zeros(5, t, dtype=torch.long))
+        self.stage_np = self.stage.numpy()
+        self.dev_stage = torch.zeros(5, t, dtype=torch.long, device=dev)
+        self.ids, self.positions, self.slots, self.row_seq, self.row_len = self.dev_stage.unbind(0)
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
+        self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
         self.graphs: dict[int, tuple] = {}
 
@@ -79,33 +86,27 @@ class TargetGraphs:
             return None
         return next((t for t in self.tiers if t >= num_tokens), None)
 
-    def _fill(self, pieces, tables) -> None:
-        ids, pos, slots, row_seq, row_len = [], [], [], [], []
+    def _fill(self, pieces, tables, tier: int | None = None) -> None:
+        st, ps, at = self.stage_np, self.page_size, 0
+        tier = tier or st.shape[1]
         for i, (table, toks, positions) in enumerate(pieces):
-            ids += toks
-            pos += positions
-            slots += [table[p // self.page_size] * self.page_size + p % self.page_size for p in positions]
-            row_seq += [i] * len(toks)
-            row_len += [p + 1 for p in positions]
-        n = len(ids)
-        pad = self.ids.shape[0] - n
-        host = torch.tensor([ids + [0] * pad, pos + [0] * pad, slots + [self.trash_slot] * pad], dtype=torch.long)
-        self.ids.copy_(host[0], non_blocking=True)
-        self.positions.copy_(host[1], non_blocking=True)
-        self.slots.copy_(host[2], non_blocking=True)
-        rows = torch.tensor([row_seq + [self.max_seqs] * pad, row_len + [1] * pad], dtype=torch.int32)
-        self.row_seq.copy_(rows[0], non_blocking=True)
-        self.row_len.copy_(rows[1], non_blocking=True)
-        if tables:
-            width = self.tables.shape[1]
-            padded = torch.tensor([tb + [tb[-1]] * (width - len(tb)) for tb in tables], dtype=torch.long)
-            self.tables[:len(tables)].copy_(padded, non_blocking=True)
+            k = len(toks)
+            st[0, at:at + k] = toks
+            st[1, at:at + k] = positions
+            st[2, at:at + k] = [table[p // ps] * ps + p % ps for p in positions]
+            st[3, at:at + k] = i
+            st[4, at:at + k] = positions
+            st[4, at:at + k] += 1  # a causal row sees keys 0..position
+            at += k
+        st[:, at:tier] = ((0,), (0,), (self.trash_slot,), (self.max_seqs,), (1,))  # padding rows
+        self.dev_stage.copy_(self.stage, non_blocking=True)
+        self.table_rows.write(tables)
 
     def run(self, pieces, tier: int, fill=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the tier's graph for these rows -> (logits [tier, V], argmax [tier]) static outputs."""
         from sparkdec.engine.runner import apply_fill
 
-        self._fill(pieces, [p[0] for p in pieces])
+        self._fill(pieces, [p[0] for p in pieces], tier)
         apply_fill(self.ids, fill)
         graph, (logits, argmax) = self.graphs[tier]
         graph.replay()
@@ -113,6 +114,26 @@ class TargetGraphs:
 
 
 PROPOSE_TIERS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class TableRows:
+    """Writes block tables into rows of a static device table, skipping rows whose table is unchanged since the
+    last write (a sequence's pages are fixed for its life, so in steady decoding nothing is copied)."""
+
+    def __init__(self, tables: torch.Tensor):
+        self.tables = tables
+        self.trash = int(tables[0, 0])
+        self.written: list[list[int] | None] = [None] * tables.shape[0]
+
+    def write(self, tables: list[list[int]], pad_to: int = 0) -> None:
+        for i, tb in enumerate(tables):
+            if self.written[i] != tb:
+                self.tables[i, :len(tb)].copy_(torch.tensor(tb, dtype=torch.long), non_blocking=True)
+                self.written[i] = list(tb)
+        for i in range(len(tables), pad_to):  # padding rows of a propose tier point at the trash page
+            if self.written[i] is not None:
+                self.tables[i].fill_(self.trash)
+                self.written[i] = None
 
 
 class ProposeGraphs:
@@ -126,11 +147,19 @@ class ProposeGraphs:
         b, pages = max(self.tiers), -(-max_positions // self.page_size)
         self.max_positions = max_positions
         self.anchors = torch.zeros(b, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(b * self.gamma, dtype=torch.long, device=dev)
-        self.slots = torch.full((b * self.gamma,), trash_page * self.page_size, dtype=torch.long, device=dev)
-        self.row_seq = torch.zeros(b * self.gamma, dtype=torch.int32, device=dev)
-        self.row_len = torch.full((b * self.gamma,), self.gamma, dtype=torch.int32, device=dev)
+        # pinned staging of (positions, slots, keys per row) and anchors: one host->device copy per round
+        self.stage = pinned(torch.zeros(3 * b * self.gamma + b, dtype=torch.long))
+        self.stage_np = self.stage.numpy()
+        self.dev_stage = torch.zeros_like(self.stage, device=dev)
+        rows = self.dev_stage[:3 * b * self.gamma].view(3, b * self.gamma)
+        self.positions, self.slots, self.row_len = rows.unbind(0)
+        self.anchors = self.dev_stage[3 * b * self.gamma:]
+        self.stage_np[b * self.gamma:2 * b * self.gamma] = trash_page * self.page_size
+        self.stage_np[2 * b * self.gamma:3 * b * self.gamma] = self.gamma
+        self.dev_stage.copy_(self.stage)
+        self.row_seq = torch.zeros(b * self.gamma, dtype=torch.long, device=dev)
         self.tables = torch.full((b, pages), trash_page, dtype=torch.long, device=dev)
+        self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
         self.graphs: dict[int, tuple] = {}
 
@@ -144,7 +173,7 @@ class ProposeGraphs:
     @torch.inference_mode()
     def capture(self) -> None:
         b = max(self.tiers)  # row r belongs to sequence r // γ, for every tier
-        self.row_seq[:b * self.gamma] = torch.arange(b, dtype=torch.int32, device=self.row_seq.device).repeat_interleave(self.gamma)
+        self.row_seq[:b * self.gamma] = torch.arange(b, device=self.row_seq.device).repeat_interleave(self.gamma)
         self.graphs = capture_tiers(self.tiers, self._forward)
 
     def tier_for(self, num_seqs: int) -> int | None:
@@ -152,20 +181,23 @@ class ProposeGraphs:
 
     def run(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int):
         """-> views of the static (drafts [tier, γ], z [tier, γ, V], confidences [tier, γ]); rows past len(anchors) are padding."""
-        g, n, pad = self.gamma, len(anchors), tier - len(anchors)
-        pos = [s + k for s in anchor_positions for k in range(g)]
-        slots = [tb[p // self.page_size] * self.page_size + p % self.page_size
-                 for tb, s in zip(tables, anchor_positions) for p in range(s, s + g)]
-        lens = [s + g for s in anchor_positions for _ in range(g)]
-        host = torch.tensor([pos + [0] * pad * g, slots + [self.trash_slot] * pad * g], dtype=torch.long)
-        self.positions[:tier * g].copy_(host[0], non_blocking=True)
-        self.slots[:tier * g].copy_(host[1], non_blocking=True)
-        self.row_len[:tier * g].copy_(torch.tensor(lens + [g] * pad * g, dtype=torch.int32), non_blocking=True)
-        self.anchors[:tier].copy_(torch.tensor(anchors + [0] * pad, dtype=torch.long), non_blocking=True)
-        width = self.tables.shape[1]
-        padded = torch.tensor([tb + [tb[-1]] * (width - len(tb)) for tb in tables], dtype=torch.long)
-        self.tables[:n].copy_(padded, non_blocking=True)
-        self.tables[n:tier].fill_(self.trash_slot // self.page_size)
+        self._fill(tables, anchors, anchor_positions, tier)
         graph, out = self.graphs[tier]
         graph.replay()
         return out
+
+    def _fill(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int) -> None:
+        g, n, ps, bg = self.gamma, len(anchors), self.page_size, self.positions.shape[0]
+        st = self.stage_np
+        for i, (tb, s) in enumerate(zip(tables, anchor_positions)):
+            r = i * g
+            st[r:r + g] = range(s, s + g)  # positions
+            st[bg + r:bg + r + g] = [tb[p // ps] * ps + p % ps for p in range(s, s + g)]  # slots
+            st[2 * bg + r:2 * bg + r + g] = s + g  # a block row sees everything up to the block end
+        st[n * g:tier * g] = 0
+        st[bg + n * g:bg + tier * g] = self.trash_slot
+        st[2 * bg + n * g:2 * bg + tier * g] = g
+        st[3 * bg:3 * bg + n] = anchors
+        st[3 * bg + n:3 * bg + tier] = 0
+        self.dev_stage.copy_(self.stage, non_blocking=True)
+        self.table_rows.write(tables, pad_to=tier)

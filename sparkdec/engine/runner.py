@@ -16,6 +16,22 @@ def apply_fill(ids: torch.Tensor, fill) -> None:
             values[torch.tensor(src, dtype=torch.long).to(dev, non_blocking=True)]
 
 
+class LogitRows:
+    """Rows of a logits tensor picked lazily: rows[k] is logits[index[k]] (a view). Greedy rounds never touch
+    the logits, so they never pay for a gather."""
+
+    def __init__(self, logits: torch.Tensor, index: list[int]):
+        self.logits, self.index = logits, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return LogitRows(self.logits, self.index[k])
+        return self.logits[self.index[k]]
+
+
 class ModelRunner:
     def __init__(self, target, target_cfg, drafter=None, draft_cfg=None, *, num_pages: int, page_size: int,
                  max_positions: int, device):
@@ -70,24 +86,26 @@ class ModelRunner:
 
     @torch.inference_mode()
     def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = ()):
-        """Packed causal forward of all pieces -> (logits [R, V] of logit_rows, host lists).
+        """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
+        ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
         (the drafts, which never visit the host before the verify). The host lists are the argmax of the
         logit rows followed by each readback tensor, flattened: one device->host read for all of them.
         Replays a CUDA graph when one fits."""
         num_tokens = sum(len(p[1]) for p in pieces)
         tier = self.graphs.tier_for(num_tokens, len(pieces)) if self.graphs is not None else None
-        idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
         if tier is not None:
-            logits, argmax = self.graphs.run(pieces, tier, fill)
-            logits, argmax = logits[idx], argmax[idx]
+            logits_all, argmax_all = self.graphs.run(pieces, tier, fill)
+            logits, first = LogitRows(logits_all, logit_rows), argmax_all[:num_tokens]  # no gather on the device
         else:
+            idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
             hidden, _ = self.target_forward(pieces, fill)
             logits = self.logits(hidden[idx])
-            argmax = logits.argmax(-1)
+            first = logits.argmax(-1)
         # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
-        host = torch.cat([argmax.float()] + [t.float().reshape(-1) for t in readback]).tolist()
-        out, at = [[int(x) for x in host[:len(logit_rows)]]], len(logit_rows)
+        host = torch.cat([first.float()] + [t.float().reshape(-1) for t in readback]).tolist()
+        at = first.numel()
+        out = [[int(host[r]) for r in logit_rows] if tier is not None else [int(x) for x in host[:at]]]
         for t in readback:
             out.append(host[at:at + t.numel()])
             at += t.numel()

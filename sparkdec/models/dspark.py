@@ -56,6 +56,16 @@ class ConfidenceHead(nn.Module):
         w = self.proj.weight.float()
         return torch.sigmoid(x.float() @ w[0] + self.proj.bias.float()[0])
 
+    def block(self, h: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
+        """All slots at once: h [B, γ, d], e [B, γ, r] (Markov embeddings of each slot's previous token, or None)
+        -> [B, γ]. Elementwise products and sums (two small kernels, not one matrix-vector call per slot)."""
+        w = self.proj.weight.float()[0]
+        d = h.shape[-1]
+        logit = (h.float() * w[:d]).sum(-1)
+        if e is not None:
+            logit = logit + (e.float() * w[d:]).sum(-1)
+        return torch.sigmoid(logit + self.proj.bias.float()[0])
+
 
 class DSparkDrafter(nn.Module):
     def __init__(self, cfg: DraftConfig):
@@ -104,18 +114,20 @@ class DSparkDrafter(nn.Module):
         prev, state = anchors, None
         if self.markov_head is not None and self.markov_head.kind == "rnn":
             state = h.new_zeros(b, self.markov_head.rank)
-        drafts, zs, confs = [], [], []
+        drafts, zs, es = [], [], []
         for k in range(gamma):
-            z, e = u[:, k], None
+            z = u[:, k]
             if self.markov_head is not None:
                 e = self.markov_head.markov_w1(prev)  # [B, r]
                 bias, state = self.markov_head.bias(e, h[:, k], state)
                 z = z + bias
-            if self.confidence_head is not None:
-                feats = h[:, k] if e is None or not self.config.confidence_head_with_markov else torch.cat([h[:, k], e], -1)
-                confs.append(self.confidence_head(feats))
+                es.append(e)
             prev = pick(z, k)
             drafts.append(prev)
             zs.append(z)
-        conf = torch.stack(confs, 1) if confs else torch.ones(b, gamma, device=h.device)
+        if self.confidence_head is not None:
+            with_e = bool(es) and self.config.confidence_head_with_markov
+            conf = self.confidence_head.block(h, torch.stack(es, 1) if with_e else None)  # [B, γ]
+        else:
+            conf = torch.ones(b, gamma, device=h.device)
         return torch.stack(drafts, 1), torch.stack(zs, 1), conf

@@ -1,0 +1,53 @@
+"""The CUDA-graph input staging (engine/graphs.py) writes exactly the metadata build_context computes (run on CPU)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from sparkdec.engine.context import build_context
+from sparkdec.engine.graphs import ProposeGraphs, TargetGraphs
+
+PS, TRASH = 16, 40
+
+
+def fake_runner(gamma: int = 4):
+    return SimpleNamespace(device=torch.device("cpu"), page_size=PS, draft_cfg=SimpleNamespace(block_size=gamma))
+
+
+def test_target_staging_matches_build_context_and_skips_unchanged_tables():
+    g = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(16, 32))
+    t1, t2 = [5, 9, 2, 7], [11, 3]
+    pieces = [(t1, [10, 11, 12], [50, 51, 52]), (t2, [7], [20]), (t1[:1], [1, 2], [3, 4])]
+    for _ in range(2):  # the second round reuses the staged buffers
+        g._fill(pieces, [p[0] for p in pieces], 16)
+        ctx = build_context([(bt, pos, False) for bt, _, pos in pieces], PS, "cpu")
+        n = ctx.num_tokens
+        assert g.ids[:n].tolist() == [t for _, toks, _ in pieces for t in toks]
+        assert torch.equal(g.positions[:n], ctx.positions) and torch.equal(g.slots[:n], ctx.slot_mapping)
+        assert g.row_seq[:n].tolist() == ctx.row_seq.tolist() and g.row_len[:n].tolist() == ctx.row_kv_len.tolist()
+        assert g.slots[n:16].eq(TRASH * PS).all() and g.row_len[n:16].eq(1).all() and g.row_seq[n:16].eq(4).all()
+        for i, (bt, _, _) in enumerate(pieces):
+            assert g.tables[i, :len(bt)].tolist() == bt
+    g.tables[0, 0] = -1  # unchanged table: not copied again
+    g._fill(pieces, [p[0] for p in pieces], 16)
+    assert int(g.tables[0, 0]) == -1
+    g._fill([(t2, [1], [5])] + pieces[1:], [t2] + [p[0] for p in pieces[1:]], 16)  # a different sequence in row 0
+    assert g.tables[0, :2].tolist() == t2
+
+
+def test_propose_staging_rows_and_padding():
+    gamma = 4
+    g = ProposeGraphs(fake_runner(gamma), max_seqs=4, max_positions=40 * PS, trash_page=TRASH)
+    tables, anchors, starts = [[5, 9, 2, 7], [11, 3]], [100, 200], [30, 14]
+    g._fill(tables, anchors, starts, 4)
+    rows = [(bt, list(range(s, s + gamma)), True) for bt, s in zip(tables, starts)]
+    ctx = build_context(rows, PS, "cpu")
+    n = 2 * gamma
+    assert torch.equal(g.positions[:n], ctx.positions) and torch.equal(g.slots[:n], ctx.slot_mapping)
+    assert g.row_len[:n].tolist() == ctx.row_kv_len.tolist()
+    assert g.anchors[:4].tolist() == [100, 200, 0, 0]
+    assert g.slots[n:4 * gamma].eq(TRASH * PS).all() and g.row_len[n:4 * gamma].eq(gamma).all()
+    assert g.tables[2:4].eq(TRASH).all()
+    g._fill(tables[:1], anchors[:1], starts[:1], 2)  # fewer sequences: row 1 becomes a trash row again
+    assert g.tables[1].eq(TRASH).all() and g.tables[0, :4].tolist() == tables[0]
