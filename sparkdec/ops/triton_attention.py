@@ -27,9 +27,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr
                   PDL: tl.constexpr):
     row = tl.program_id(0)
     kvh = tl.program_id(1)
-    if PDL:  # wait for the previous kernel, then let the next one start its launch (one kernel ahead at most)
+    if PDL:
         gdc_wait()
-        gdc_launch_dependents()
     kv_len = tl.load(len_ptr + row)
     seq = tl.load(seq_ptr + row)
     g = tl.arange(0, GROUP_PAD)
@@ -47,6 +46,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr
             _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh, stride_bt, page_size,
                         num_splits, row, kvh, seq, kv_len, split, start, g, d, dm, heads, GROUP, GROUP_PAD, D, D_PAD,
                         SPLIT_N, BLOCK)
+    if PDL:
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -85,9 +86,8 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
                     D_PAD: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
-    if PDL:  # wait for the previous kernel, then let the next one start its launch (one kernel ahead at most)
+    if PDL:
         gdc_wait()
-        gdc_launch_dependents()
     used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)

@@ -64,13 +64,6 @@ def _counters(device: torch.device) -> torch.Tensor:
 
 
 @triton.jit
-def _prefetch_l2(ptrs):
-    """Ask L2 for the cache lines at ptrs (no registers, no wait)."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
 def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn):
     return tl.load(w_ptr + cols[:, None] * stride_wn + kk[None, :], mask=cmask[:, None] & kmask[None, :], other=0.0)
 
@@ -110,7 +103,7 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
 def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
                  K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, PF_LINES: tl.constexpr):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
@@ -123,15 +116,10 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     rmask = rows < M
     wmask = wrows < (2 * N if SILU else N)
     k_begin = pid_s * K_SLICE
-    if PDL and PF_LINES > 0:
-        # NOTE: launched early (PDL), this program pulls the start of its weight slice into L2 while the
-        # previous kernel still runs: weights depend on nothing
-        lines = tl.where(wmask, wrows, 0)[:, None] * stride_wn + k_begin + tl.arange(0, PF_LINES)[None, :] * 64
-        _prefetch_l2(w_ptr + lines)
+    # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
-    if PDL:  # wait for the previous kernel, then let the next one start its launch (one kernel ahead at most)
+    if PDL:
         gdc_wait()
-        gdc_launch_dependents()
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
     for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
@@ -139,6 +127,8 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         kmask = kk < K
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
+    if PDL:
+        gdc_launch_dependents()
     if SPLIT_K == 1:
         _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
     else:
@@ -158,15 +148,6 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
             tl.atomic_xchg(cnt_ptr + tile, 0)
             _epilogue(total, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
                       OUT_N)
-
-
-PREFETCH_LINES = 8  # 64-element lines of each weight row a program prefetches into L2 before it may start
-
-
-def prefetch_lines(k_slice: int) -> int:
-    """Largest power of two <= min(k_slice / 64, PREFETCH_LINES); 0 = no prefetch."""
-    n = min(k_slice // 64, PREFETCH_LINES)
-    return 0 if n == 0 else 1 << (n.bit_length() - 1)
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -195,7 +176,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
                        res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, PDL=USE_PDL, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
-                       SPLIT_K=split_k, PF_LINES=prefetch_lines(k // split_k), num_warps=warps, num_stages=stages, **extra)
+                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **extra)
     return out
 
 
