@@ -7,8 +7,6 @@ only on its kv_len, so results are batch-invariant. All inputs are tensors: the 
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -17,7 +15,7 @@ from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
-BLOCK_N = int(os.environ.get("SPARKDEC_ATTN_BLOCK", "64"))  # keys per inner step (a divisor of SPLIT)
+BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 PROGRAMS = 32  # programs per (row, kv head); each takes every PROGRAMS-th split
 
 
