@@ -29,6 +29,11 @@ def test_target_staging_matches_build_context_and_skips_unchanged_tables():
         assert g.slots[n:16].eq(TRASH * PS).all() and g.row_len[n:16].eq(1).all() and g.row_seq[n:16].eq(4).all()
         for i, (bt, _, _) in enumerate(pieces):
             assert g.tables[i, :len(bt)].tolist() == bt
+    drafts = torch.tensor([70, 71, 72, 73])
+    fill = ([1, 2], drafts, [2, 3])  # packed rows 1 and 2 take drafts[2] and drafts[3]
+    assert g._fill(pieces, [p[0] for p in pieces], 16, fill) == 2
+    g.ids.index_copy_(0, g.fill_rows[:2], drafts.index_select(0, g.fill_src[:2]))
+    assert g.ids[:4].tolist() == [10, 72, 73, 7]
     g.tables[0, 0] = -1  # unchanged table: not copied again
     g._fill(pieces, [p[0] for p in pieces], 16)
     assert int(g.tables[0, 0]) == -1

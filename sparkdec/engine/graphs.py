@@ -60,10 +60,12 @@ class TargetGraphs:
         self.max_seqs = max_seqs
         # NOTE: all per-round row metadata goes through one pinned host buffer and one copy (ids, positions,
         # slots, row -> sequence, keys per row); the graph reads views of the device copy
-        self.stage = pinned(torch.zeros(5, t, dtype=torch.long))
+        self.stage = pinned(torch.zeros(7, t, dtype=torch.long))
         self.stage_np = self.stage.numpy()
-        self.dev_stage = torch.zeros(5, t, dtype=torch.long, device=dev)
-        self.ids, self.positions, self.slots, self.row_seq, self.row_len = self.dev_stage.unbind(0)
+        self.dev_stage = torch.zeros(7, t, dtype=torch.long, device=dev)
+        # rows 5 and 6: packed rows that take a draft token, and where in the drafts it is (apply_fill)
+        self.ids, self.positions, self.slots, self.row_seq, self.row_len, self.fill_rows, self.fill_src = \
+            self.dev_stage.unbind(0)
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
@@ -86,7 +88,9 @@ class TargetGraphs:
             return None
         return next((t for t in self.tiers if t >= num_tokens), None)
 
-    def _fill(self, pieces, tables, tier: int | None = None) -> None:
+    def _fill(self, pieces, tables, tier: int | None = None, fill=None) -> int:
+        """Stage every row's metadata (and the draft fill map) and copy it to the device in one transfer.
+        Returns how many rows take a draft token."""
         st, ps, at = self.stage_np, self.page_size, 0
         tier = tier or st.shape[1]
         for i, (table, toks, positions) in enumerate(pieces):
@@ -98,16 +102,20 @@ class TargetGraphs:
             st[4, at:at + k] = positions
             st[4, at:at + k] += 1  # a causal row sees keys 0..position
             at += k
-        st[:, at:tier] = ((0,), (0,), (self.trash_slot,), (self.max_seqs,), (1,))  # padding rows
+        st[:5, at:tier] = ((0,), (0,), (self.trash_slot,), (self.max_seqs,), (1,))  # padding rows
+        n_fill = len(fill[0]) if fill is not None else 0
+        if n_fill:
+            st[5, :n_fill] = fill[0]
+            st[6, :n_fill] = fill[2]
         self.dev_stage.copy_(self.stage, non_blocking=True)
         self.table_rows.write(tables)
+        return n_fill
 
     def run(self, pieces, tier: int, fill=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Replay the tier's graph for these rows -> (logits [tier, V], argmax [tier]) static outputs."""
-        from sparkdec.engine.runner import apply_fill
-
-        self._fill(pieces, [p[0] for p in pieces], tier)
-        apply_fill(self.ids, fill)
+        n_fill = self._fill(pieces, [p[0] for p in pieces], tier, fill)
+        if n_fill:  # the drafts never visit the host: ids[fill_rows] = drafts[fill_src], on the device
+            self.ids.index_copy_(0, self.fill_rows[:n_fill], fill[1].index_select(0, self.fill_src[:n_fill]))
         graph, (logits, argmax) = self.graphs[tier]
         graph.replay()
         return logits, argmax
