@@ -72,11 +72,27 @@ def _mix(seed: int, position: int, stream: int) -> int:
     return x & (2**63 - 1)
 
 
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_GOLDEN, _M1, _M2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 values (torch shifts arithmetically)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
 def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torch.Tensor:
-    """n uniforms in (0, 1), a pure function of (seed, position, stream)."""
-    gen = torch.Generator(device="cpu").manual_seed(_mix(seed, position, stream))
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
-    return u.clamp_(min=1e-12).to(device)
+    """n float64 uniforms in (0, 1), a pure function of (seed, position, stream): element i is splitmix64 of
+    key + (i + 1) * golden, computed with wrapping int64 arithmetic on the device itself (no host generator,
+    no host->device copy; identical bits on CPU and CUDA)."""
+    x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN + _mix(seed, position, stream)
+    x = (x ^ _shr(x, 30)) * _M1
+    x = (x ^ _shr(x, 27)) * _M2
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 11).double() + 0.5) * 2.0 ** -53
 
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -86,3 +86,9 @@ def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
     finally:
         tg.CONFIGS.clear()
         tg.CONFIGS.update(saved)
+
+
+def test_keyed_noise_is_identical_on_cuda_and_cpu():
+    from sparkdec.sampling import uniform_noise
+
+    assert torch.equal(uniform_noise(7, 123, 0, 151936, "cuda").cpu(), uniform_noise(7, 123, 0, 151936, "cpu"))

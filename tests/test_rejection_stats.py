@@ -295,3 +295,28 @@ def test_biased_rule_is_rejected(pair, exact):
     fails the same statistic on the same data size (by a huge margin: p ~ 1e-160 on (token 1, token 2))."""
     p = verdict(generate(pair, draft=True, accept_mode="rejection", setup=q_from_base_logits), exact["t1"])
     assert min(p.values()) < ALPHA, p
+
+
+def test_keyed_noise_is_splitmix64_per_index_and_uniform():
+    """uniform_noise equals a pure-Python splitmix64 of key + (i + 1) * golden for every index (so CPU and CUDA,
+    which run the same wrapping int64 arithmetic, draw identical bits), and looks uniform."""
+    from sparkdec.sampling import _mix, uniform_noise
+
+    mask = (1 << 64) - 1
+
+    def reference(key: int, i: int) -> float:
+        x = (key + (i + 1) * 0x9E3779B97F4A7C15) & mask
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        x ^= x >> 31
+        return ((x >> 11) + 0.5) * 2.0 ** -53
+
+    u = uniform_noise(12345, 77, 2, 4096, "cpu")
+    key = _mix(12345, 77, 2)
+    assert [float(v) for v in u[:64]] == [reference(key, i) for i in range(64)]
+    assert float(u[4095]) == reference(key, 4095)
+    assert 0.0 < float(u.min()) and float(u.max()) < 1.0
+    assert abs(float(u.mean()) - 0.5) < 0.02
+    counts = torch.histc(u.float(), bins=16, min=0.0, max=1.0)
+    assert float(((counts - 256.0) ** 2 / 256.0).sum()) < 45.0  # chi-square, 15 dof: p ~ 1e-4
+    assert not torch.equal(u, uniform_noise(12345, 78, 2, 4096, "cpu"))
