@@ -49,6 +49,24 @@ def check_qkv_rope_store():
     assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
 
 
+def check_markov_step():
+    from sparkdec.ops.triton_markov import markov_step
+
+    b, v, r, gamma = 3, 300, 32, 5
+    w1, w2, u = torch.randn(v, r), torch.randn(v, r), torch.randn(b, gamma, v)
+    u[0, 0, 10] = u[0, 0, 200] = u[1, 0, 20] = u[1, 0, 21] = 1e4  # ties across and within tiles: smaller id wins
+    w2[200], w2[21] = w2[10], w2[20]
+    prev, ref_prev = torch.tensor([1, 7, 299]), torch.tensor([1, 7, 299])
+    drafts, z = torch.empty(b, gamma, dtype=torch.long), torch.empty(b, gamma, v)
+    for k in range(gamma):
+        ref_z = u[:, k] + w1[ref_prev] @ w2.T
+        ref_prev = ref_z.argmax(-1)
+        markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
+        close(z[:, k], ref_z)
+        assert torch.equal(drafts[:, k], ref_prev) and torch.equal(prev, ref_prev), (k, drafts[:, k], ref_prev)
+    assert drafts[0, 0] == 10 and drafts[1, 0] == 20
+
+
 def check_fused_layer():
     cfg = TargetConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e4,
@@ -75,4 +93,5 @@ if __name__ == "__main__":
     check_gemm()
     check_qkv_rope_store()
     check_fused_layer()
+    check_markov_step()
     print("ok")

@@ -176,7 +176,7 @@ class ProposeGraphs:
         ctx = ForwardContext(positions=self.positions[:n], slot_mapping=self.slots[:n], block_tables=self.tables,
                              page_size=self.page_size, row_seq=self.row_seq[:n], row_kv_len=self.row_len[:n],
                              max_kv_len=self.max_positions)
-        return self.runner.propose_rows(self.anchors[:b], ctx, lambda z, k: z.argmax(-1))
+        return self.runner.propose_rows(self.anchors[:b], ctx, lambda z, k: z.argmax(-1), greedy=True)
 
     @torch.inference_mode()
     def capture(self) -> None:

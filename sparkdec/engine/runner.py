@@ -131,13 +131,13 @@ class ModelRunner:
     def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:
         return self.target.logits(hidden_rows)
 
-    def propose_rows(self, anchors: torch.Tensor, ctx: ForwardContext, pick):
+    def propose_rows(self, anchors: torch.Tensor, ctx: ForwardContext, pick, greedy: bool = False):
         """Block [x0, M, ..., M] per sequence (ctx holds its rows) -> drafts [B, γ], z [B, γ, V], conf [B, γ]."""
         gamma, b = self.draft_cfg.block_size, anchors.shape[0]
         ids = torch.full((b, gamma), self.draft_cfg.mask_token_id, dtype=torch.long, device=self.device)
         ids[:, 0] = anchors
         h = self.drafter.block_hidden(ids.view(-1), ctx, self.draft_kv.layers)  # [B*γ, d]
-        return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick)
+        return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick, greedy)
 
     @torch.inference_mode()
     def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick, greedy: bool = False):
@@ -152,4 +152,4 @@ class ModelRunner:
         gamma = self.draft_cfg.block_size
         rows = [(bt, list(range(s, s + gamma)), True) for bt, s in zip(tables, anchor_positions)]
         ctx = build_context(rows, self.page_size, self.device)
-        return self.propose_rows(torch.tensor(anchors, dtype=torch.long, device=self.device), ctx, pick)
+        return self.propose_rows(torch.tensor(anchors, dtype=torch.long, device=self.device), ctx, pick, greedy)

@@ -106,11 +106,15 @@ class DSparkDrafter(nn.Module):
     def base_logits(self, h: torch.Tensor) -> torch.Tensor:
         return linear(h, self._shared["lm_head"].weight).float()
 
-    def markov_chain(self, h: torch.Tensor, anchors: torch.Tensor, pick) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def markov_chain(self, h: torch.Tensor, anchors: torch.Tensor, pick, greedy: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sequential stage (spec §9.3). h [B, γ, d], anchors [B]; pick(z_k [B, V], k) -> tokens [B].
+        greedy: pick is the argmax (lets CUDA run the fused Markov step).
         Returns drafts [B, γ], corrected logits z [B, γ, V] (float32) and confidences [B, γ]."""
         b, gamma, _ = h.shape
         u = self.base_logits(h.reshape(b * gamma, -1)).view(b, gamma, -1)  # [B, γ, V]
+        if greedy and h.is_cuda and self._fused_markov_ok():
+            return self.greedy_chain_fused(h, u, anchors)
         prev, state = anchors, None
         if self.markov_head is not None and self.markov_head.kind == "rnn":
             state = h.new_zeros(b, self.markov_head.rank)
@@ -125,9 +129,31 @@ class DSparkDrafter(nn.Module):
             prev = pick(z, k)
             drafts.append(prev)
             zs.append(z)
+        return torch.stack(drafts, 1), torch.stack(zs, 1), self._confidences(h, torch.stack(es, 1) if es else None)
+
+    def _fused_markov_ok(self) -> bool:
+        from sparkdec.ops.triton_markov import supported
+
+        mh = self.markov_head
+        return mh is not None and mh.kind == "vanilla" and supported(mh.markov_w1.weight)
+
+    def greedy_chain_fused(self, h: torch.Tensor, u: torch.Tensor, anchors: torch.Tensor):
+        """markov_chain with argmax picks for the vanilla head, two kernels per slot (ops/triton_markov.py)."""
+        from sparkdec.ops.triton_markov import markov_step
+
+        b, gamma, v = u.shape
+        w1, w2 = self.markov_head.markov_w1.weight, self.markov_head.markov_w2.weight
+        prev = anchors.clone()
+        drafts = torch.empty(b, gamma, dtype=torch.long, device=u.device)
+        z = torch.empty(b, gamma, v, dtype=torch.float32, device=u.device)
+        for k in range(gamma):
+            markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
+        es = self.markov_head.markov_w1(torch.cat([anchors[:, None], drafts[:, :-1]], 1))  # [B, γ, r]
+        return drafts, z, self._confidences(h, es)
+
+    def _confidences(self, h: torch.Tensor, es: torch.Tensor | None) -> torch.Tensor:
+        b, gamma = h.shape[:2]
         if self.confidence_head is not None:
-            with_e = bool(es) and self.config.confidence_head_with_markov
-            conf = self.confidence_head.block(h, torch.stack(es, 1) if with_e else None)  # [B, γ]
-        else:
-            conf = torch.ones(b, gamma, device=h.device)
-        return torch.stack(drafts, 1), torch.stack(zs, 1), conf
+            with_e = es is not None and self.config.confidence_head_with_markov
+            return self.confidence_head.block(h, es if with_e else None)  # [B, γ]
+        return torch.ones(b, gamma, device=h.device)

@@ -1,0 +1,94 @@
+"""Greedy vanilla Markov chain step (CUDA): z_k = u_k + W2 · W1[prev], argmax, in two launches per slot.
+
+The reference (models/dspark.py::markov_chain) spends five or six launches per slot (gather W1[prev], the W2
+product, float cast, add, argmax). Here one kernel gathers W1[prev], multiplies by a W2 tile, adds the base
+logits, stores z and a per-tile (max, first index); a second reduces the tiles in order (ties go to the
+smaller id, as torch.argmax) and writes the draft, which is also the next slot's prev.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
+
+BLOCK_B = 16  # sequences per program (rows of the dot)
+BLOCK_V = 64  # vocabulary entries per program
+
+
+@triton.jit
+def _step_kernel(prev_ptr, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr, pidx_ptr, B, V, stride_u, stride_z, n_tiles,
+                 R: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr, IEEE: tl.constexpr,
+                 PDL: tl.constexpr):
+    pid_v = tl.program_id(0)
+    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    cols = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    rs = tl.arange(0, R)
+    rmask = rows < B
+    cmask = cols < V
+    w2 = tl.load(w2_ptr + cols[:, None] * R + rs[None, :], mask=cmask[:, None], other=0.0)  # [BLOCK_V, R]
+    if PDL:
+        gdc_wait()
+    prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
+    e = tl.load(w1_ptr + prev[:, None] * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
+    if IEEE:
+        acc = tl.dot(e, tl.trans(w2), input_precision="ieee")
+    else:
+        acc = tl.dot(e, tl.trans(w2))
+    if PDL:
+        gdc_launch_dependents()
+    # NOTE: rounded like the reference: linear(e, W2) in the weights' dtype, then float32
+    bias = acc.to(w2_ptr.dtype.element_ty).to(tl.float32)
+    mask = rmask[:, None] & cmask[None, :]
+    z = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=mask, other=0.0) + bias
+    tl.store(z_ptr + rows[:, None] * stride_z + cols[None, :], z, mask=mask)
+    z = tl.where(cmask[None, :], z, float("-inf"))
+    best, where = tl.max(z, 1, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(pmax_ptr + rows * n_tiles + pid_v, best, mask=rmask)
+    tl.store(pidx_ptr + rows * n_tiles + pid_v, pid_v * BLOCK_V + where, mask=rmask)
+
+
+@triton.jit
+def _argmax_kernel(pmax_ptr, pidx_ptr, prev_ptr, drafts_ptr, stride_d, n_tiles, CHUNK: tl.constexpr,
+                   CHUNKS: tl.constexpr, PDL: tl.constexpr):
+    row = tl.program_id(0)
+    if PDL:
+        gdc_wait()
+    offs = tl.arange(0, CHUNK)
+    best = tl.full([], float("-inf"), tl.float32)
+    best_idx = tl.full([], 0, tl.int32)
+    for c in range(0, CHUNKS):  # tiles in column order; a later tile must be strictly larger to win
+        t = c * CHUNK + offs
+        vals = tl.load(pmax_ptr + row * n_tiles + t, mask=t < n_tiles, other=float("-inf"))
+        m, i = tl.max(vals, 0, return_indices=True, return_indices_tie_break_left=True)
+        idx = tl.load(pidx_ptr + row * n_tiles + c * CHUNK + i)
+        take = m > best
+        best_idx = tl.where(take, idx, best_idx)
+        best = tl.where(take, m, best)
+    tl.store(prev_ptr + row, best_idx.to(tl.int64))
+    tl.store(drafts_ptr + row * stride_d, best_idx.to(tl.int64))
+
+
+def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch.Tensor, z_out: torch.Tensor,
+                drafts_col: torch.Tensor) -> None:
+    """prev [B] int64 (updated in place to the new drafts), W1 [V, R], W2 [V, R], u [B, V] float32 (row stride
+    free) -> z_out [B, V] float32 = u + W2·W1[prev] and drafts_col [B] (a column view of drafts) = argmax."""
+    b, v = u.shape
+    r = w1.shape[1]
+    n_tiles = triton.cdiv(v, BLOCK_V)
+    pmax = torch.empty(b, n_tiles, dtype=torch.float32, device=u.device)
+    pidx = torch.empty(b, n_tiles, dtype=torch.int32, device=u.device)
+    extra = {"launch_pdl": True} if USE_PDL else {}
+    _step_kernel[(n_tiles, triton.cdiv(b, BLOCK_B))](prev, w1, w2, u, z_out, pmax, pidx, b, v, u.stride(0),
+                                                     z_out.stride(0), n_tiles, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V,
+                                                     IEEE=w2.dtype == torch.float32, PDL=USE_PDL, **extra)
+    chunk = 1024
+    _argmax_kernel[(b,)](pmax, pidx, prev, drafts_col, drafts_col.stride(0), n_tiles, CHUNK=chunk,
+                         CHUNKS=triton.cdiv(n_tiles, chunk), PDL=USE_PDL, **extra)
+
+
+def supported(w1: torch.Tensor) -> bool:
+    """The kernel needs a power-of-two Markov rank of at least 16 (a dot operand)."""
+    r = w1.shape[1]
+    return r >= 16 and r & (r - 1) == 0
