@@ -32,6 +32,11 @@ q = torch.randn(ctx.num_tokens, hq, d)
 ref = paged_attention(q, kc, vc, ctx, d ** -0.5)
 out = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5)
 assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
+import sparkdec.ops.triton_attention as ta
+ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges: the same bits
+chunked = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,
+                                 row_kv_len_host=ctx.row_kv_len_host)
+assert torch.equal(chunked, out)
 print("ok")
 """
 

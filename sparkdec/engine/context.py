@@ -25,6 +25,7 @@ class ForwardContext:
     row_seq: torch.Tensor | None = None  # [T] row of block_tables for each token (kernel attention)
     row_kv_len: torch.Tensor | None = None  # [T] keys each token sees
     max_kv_len: int = 0  # bound on row_kv_len (sizes the kernel grid; a graph uses the context limit)
+    row_kv_len_host: list[int] | None = None  # row_kv_len on the host (eager contexts; None inside graphs)
 
     @property
     def num_tokens(self) -> int:
@@ -62,4 +63,5 @@ def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
         row_seq=torch.tensor(row_seq, dtype=torch.int32, device=device),
         row_kv_len=torch.tensor(row_len, dtype=torch.int32, device=device),
         max_kv_len=max(row_len),
+        row_kv_len_host=row_len,
     )

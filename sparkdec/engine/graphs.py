@@ -59,7 +59,9 @@ class TargetGraphs:
         t, pages = max(tiers), -(-max_positions // self.page_size)
         self.max_seqs = max_seqs
         # NOTE: all per-round row metadata goes through one pinned host buffer and one copy (ids, positions,
-        # slots, row -> sequence, keys per row); the graph reads views of the device copy
+        # slots, row -> sequence, keys per row); the graph reads views of the device copy. The host rewrites
+        # the buffer only in the next round, after runner.verify's readback synchronised the stream; a round
+        # that overlaps host and device work must double-buffer this (and ProposeGraphs.stage) first.
         self.stage = pinned(torch.zeros(7, t, dtype=torch.long))
         self.stage_np = self.stage.numpy()
         self.dev_stage = torch.zeros(7, t, dtype=torch.long, device=dev)

@@ -74,7 +74,7 @@ def _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stri
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
         m_i = m_new
-    base = (row * (GROUP * tl.num_programs(1)) + heads) * num_splits + split
+    base = (row.to(tl.int64) * (GROUP * tl.num_programs(1)) + heads) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=(g < GROUP)[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=g < GROUP)
     tl.store(ml_ptr + base * 2 + 1, l_i, mask=g < GROUP)
@@ -92,7 +92,7 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
     dm = d < D
-    base = (row * num_heads + h) * num_splits
+    base = (row.to(tl.int64) * num_heads + h) * num_splits
     m = tl.full([CHUNK], float("-inf"), tl.float32)
     for c in range(0, CHUNKS):
         live = c * CHUNK + sp < used
@@ -112,25 +112,48 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, (acc / total).to(out_ptr.dtype.element_ty), mask=dm)
 
 
+WORKSPACE_BYTES = 1 << 29  # eager calls whose split workspace would exceed this run in row ranges
+
+
 def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                            row_seq: torch.Tensor, row_kv_len: torch.Tensor, page_size: int, max_kv_len: int,
-                           scale: float) -> torch.Tensor:
-    """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D]."""
+                           scale: float, row_kv_len_host: list[int] | None = None) -> torch.Tensor:
+    """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
+    row_kv_len_host (eager calls): the same lengths on the host; a long prefill chunk then runs in row ranges
+    whose workspace stays under WORKSPACE_BYTES (rows are independent, so the results are the same)."""
+    t, hq, d = q.shape
+    out = torch.empty_like(q)
+    per_row = hq * triton.cdiv(max_kv_len, SPLIT) * (d + 2) * 4
+    if row_kv_len_host is None or t * per_row <= WORKSPACE_BYTES:
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out)
+        return out
+    step = max(1, WORKSPACE_BYTES // per_row)
+    for r0 in range(0, t, step):
+        r1 = min(t, r0 + step)
+        _attend(q[r0:r1], k_cache, v_cache, block_tables, row_seq[r0:r1], row_kv_len[r0:r1], page_size,
+                max(row_kv_len_host[r0:r1]), scale, out[r0:r1])
+    return out
+
+
+def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
+            out: torch.Tensor) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
     splits = triton.cdiv(max_kv_len, SPLIT)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
-    programs = min(splits, PROGRAMS)
+    # NOTE: loop bounds are compile-time constants, rounded up to powers of two so that a growing context
+    # compiles a handful of variants, not one per split count (extra iterations find no keys and skip)
+    splits_pow2 = triton.next_power_of_2(splits)
+    programs = min(splits_pow2, PROGRAMS)
     extra = {"launch_pdl": True} if USE_PDL else {}
     _split_kernel[(t, hkv, programs)](q, k_cache, v_cache, block_tables, row_seq, row_kv_len, acc, ml, scale,
-                                    q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-                                    block_tables.stride(0), page_size, splits, GROUP=group,
-                                    GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
-                                    SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs, ITERS=triton.cdiv(splits, programs), PDL=USE_PDL, **extra)
-    out = torch.empty_like(q)
+                                      q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+                                      block_tables.stride(0), page_size, splits, GROUP=group,
+                                      GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
+                                      D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=BLOCK_N,
+                                      PROGRAMS=programs, ITERS=splits_pow2 // programs, PDL=USE_PDL, **extra)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
-                               CHUNK=CHUNK, CHUNKS=triton.cdiv(splits, CHUNK), D=d, D_PAD=max(16, triton.next_power_of_2(d)),
-                               PDL=USE_PDL, **extra)
-    return out
+                             CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
+                             D_PAD=max(16, triton.next_power_of_2(d)), PDL=USE_PDL, **extra)

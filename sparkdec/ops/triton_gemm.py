@@ -32,6 +32,7 @@ else:  # the interpreter has no grid dependency control; PDL is off there
 # The shipped table is sparkdec/ops/gemm_configs.json; SPARKDEC_GEMM_CONFIGS=path replaces it (a sweep's output).
 CONFIGS: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []
 MAX_TILES = 1 << 16
 
 
@@ -56,10 +57,14 @@ def pick_config(n: int, k: int) -> tuple[int, int, int, int, int]:
     return block_n, block_k, 1, 4, 4
 
 
-def _counters(device: torch.device) -> torch.Tensor:
-    """Per-tile arrival counters of split-K programs; each tile's last program resets its counter to 0."""
-    if device not in _COUNTERS:
-        _COUNTERS[device] = torch.zeros(MAX_TILES, dtype=torch.int32, device=device)
+def _counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Per-tile arrival counters of split-K programs; each tile's last program resets its counter to 0.
+    Grows (a new zeroed buffer) when a call has more tiles than any before (long prefill chunks)."""
+    if device not in _COUNTERS or _COUNTERS[device].numel() < tiles:
+        if device in _COUNTERS:  # NOTE: captured CUDA graphs still point at the old buffer: keep it alive
+            _RETIRED.append(_COUNTERS[device])
+        _COUNTERS[device] = torch.zeros(max(MAX_TILES, triton.next_power_of_2(tiles)), dtype=torch.int32,
+                                        device=device)
     return _COUNTERS[device]
 
 
@@ -169,9 +174,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     ws, cnt = out, out
     if split_k > 1:
         tiles = grid[0] * grid[1]
-        assert tiles <= MAX_TILES, f"gemm: {tiles} split-K tiles exceed the counter buffer"
         ws = torch.empty(split_k * tiles * BLOCK_M * block_n, dtype=torch.float32, device=x.device)
-        cnt = _counters(x.device)
+        cnt = _counters(x.device, tiles)
     extra = {"launch_pdl": True} if USE_PDL else {}
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
                        res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
