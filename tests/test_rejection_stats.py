@@ -282,8 +282,8 @@ def q_from_base_logits(llm: LLM) -> None:
     drafter = llm.engine.drafter
     chain = drafter.markov_chain
 
-    def markov_chain(h, anchors, pick):
-        drafts, z, conf = chain(h, anchors, pick)
+    def markov_chain(h, anchors, pick, greedy=False):
+        drafts, z, conf = chain(h, anchors, pick, greedy)
         b, g, _ = h.shape
         return drafts, drafter.base_logits(h.reshape(b * g, -1)).view(b, g, -1), conf
 

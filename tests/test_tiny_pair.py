@@ -61,8 +61,8 @@ def test_slot_convention_guard(spec, monkeypatch):
     good_al = sum(o.stats["mean_acceptance_length"] for o in good) / 3
     original = DSparkDrafter.markov_chain
 
-    def shifted(self, h, anchors, pick):
-        return original(self, torch.cat([h[:, 1:], h[:, -1:]], dim=1), anchors, pick)
+    def shifted(self, h, anchors, pick, greedy=False):
+        return original(self, torch.cat([h[:, 1:], h[:, -1:]], dim=1), anchors, pick, greedy)
 
     monkeypatch.setattr(DSparkDrafter, "markov_chain", shifted)
     bad = LLM(cuda_graphs=False).generate(PROMPTS[:3], params)
