@@ -111,3 +111,24 @@ def test_fused_markov_step_matches_reference_chain():
         assert torch.allclose(z[:, k], ref_z, rtol=2e-2, atol=2e-2)
         assert torch.equal(drafts[:, k], z[:, k].argmax(-1))  # the pick is exactly the argmax of its own z
         ref_prev = drafts[:, k].clone()  # follow the fused chain (near-ties may differ from cuBLAS rounding)
+
+
+def test_eager_attention_in_row_ranges_equals_one_call():
+    """A long eager chunk split into row ranges (workspace budget) gives the same bits as one call."""
+    import sparkdec.ops.triton_attention as ta
+    from sparkdec.engine.context import build_context
+
+    torch.manual_seed(0)
+    ps, hq, hkv, d = 16, 32, 8, 128
+    kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    ctx = build_context([(list(range(300)), list(range(3000, 3600)), False)], ps, "cuda")
+    q = torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16)
+    args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
+    whole = ta.triton_paged_attention(*args)
+    saved = ta.WORKSPACE_BYTES
+    try:
+        ta.WORKSPACE_BYTES = 1 << 20
+        assert torch.equal(ta.triton_paged_attention(*args, row_kv_len_host=ctx.row_kv_len_host), whole)
+    finally:
+        ta.WORKSPACE_BYTES = saved
