@@ -92,7 +92,7 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     x = x ^ _shr(x, 31)
-    return (_shr(x, 11).double() + 0.5) * 2.0 ** -53
+    return (_shr(x, 12).double() + 0.5) * 2.0 ** -52  # 52 bits + 1/2: exact, in [2^-53, 1 - 2^-53]
 
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -309,7 +309,7 @@ def test_keyed_noise_is_splitmix64_per_index_and_uniform():
         x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
         x ^= x >> 31
-        return ((x >> 11) + 0.5) * 2.0 ** -53
+        return ((x >> 12) + 0.5) * 2.0 ** -52
 
     u = uniform_noise(12345, 77, 2, 4096, "cpu")
     key = _mix(12345, 77, 2)
@@ -320,3 +320,7 @@ def test_keyed_noise_is_splitmix64_per_index_and_uniform():
     counts = torch.histc(u.float(), bins=16, min=0.0, max=1.0)
     assert float(((counts - 256.0) ** 2 / 256.0).sum()) < 45.0  # chi-square, 15 dof: p ~ 1e-4
     assert not torch.equal(u, uniform_noise(12345, 78, 2, 4096, "cpu"))
+    from sparkdec.sampling import _shr  # the largest and smallest hash values still map strictly inside (0, 1)
+    top = (_shr(torch.tensor([-1]), 12).double() + 0.5) * 2.0 ** -52
+    bottom = (_shr(torch.tensor([0]), 12).double() + 0.5) * 2.0 ** -52
+    assert 0.0 < float(bottom) and float(top) < 1.0

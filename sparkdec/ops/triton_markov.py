@@ -62,7 +62,7 @@ def _argmax_kernel(pmax_ptr, pidx_ptr, prev_ptr, drafts_ptr, stride_d, n_tiles, 
         t = c * CHUNK + offs
         vals = tl.load(pmax_ptr + row * n_tiles + t, mask=t < n_tiles, other=float("-inf"))
         m, i = tl.max(vals, 0, return_indices=True, return_indices_tie_break_left=True)
-        idx = tl.load(pidx_ptr + row * n_tiles + c * CHUNK + i)
+        idx = tl.load(pidx_ptr + row * n_tiles + c * CHUNK + i, mask=c * CHUNK + i < n_tiles, other=0)
         take = m > best
         best_idx = tl.where(take, idx, best_idx)
         best = tl.where(take, m, best)
