@@ -52,11 +52,7 @@ class ConfidenceHead(nn.Module):
         super().__init__()
         self.proj = nn.Linear(in_features, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.proj.weight.float()
-        return torch.sigmoid(x.float() @ w[0] + self.proj.bias.float()[0])
-
-    def block(self, h: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
         """All slots at once: h [B, γ, d], e [B, γ, r] (Markov embeddings of each slot's previous token, or None)
         -> [B, γ]. Elementwise products and sums (two small kernels, not one matrix-vector call per slot)."""
         w = self.proj.weight.float()[0]
@@ -155,5 +151,5 @@ class DSparkDrafter(nn.Module):
         b, gamma = h.shape[:2]
         if self.confidence_head is not None:
             with_e = es is not None and self.config.confidence_head_with_markov
-            return self.confidence_head.block(h, es if with_e else None)  # [B, γ]
+            return self.confidence_head(h, es if with_e else None)  # [B, γ]
         return torch.ones(b, gamma, device=h.device)
