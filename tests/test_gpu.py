@@ -135,3 +135,23 @@ def test_eager_attention_in_row_ranges_equals_one_call():
         assert torch.equal(ta.triton_paged_attention(*args, row_kv_len_host=ctx.row_kv_len_host), whole)
     finally:
         ta.WORKSPACE_BYTES = saved
+
+
+def test_attention_rows_in_blocks_equal_rows_alone():
+    """Rows sharing key/value loads in a row block (verify, prefill, drafter block) give the bits each row gets
+    alone (decode): the property that keeps speculative greedy output equal to plain greedy output."""
+    import sparkdec.ops.triton_attention as ta
+    from sparkdec.engine.context import build_context
+
+    torch.manual_seed(0)
+    ps, hq, hkv, d = 16, 32, 8, 128
+    kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    rows = [(list(range(300)), list(range(3000, 3040)), False), (list(range(300)), list(range(500, 508)), True),
+            (list(range(300)), [7], False), (list(range(300)), list(range(1000, 1008)), False)]
+    ctx = build_context(rows, ps, "cuda")
+    q = torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16)
+    args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
+    alone = ta.triton_paged_attention(*args)
+    grouped = ta.triton_paged_attention(*args, blocks=(ctx.block_lead, ctx.block_rows))
+    assert torch.equal(grouped, alone)

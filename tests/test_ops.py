@@ -32,11 +32,28 @@ q = torch.randn(ctx.num_tokens, hq, d)
 ref = paged_attention(q, kc, vc, ctx, d ** -0.5)
 out = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5)
 assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), (out - ref).abs().max()
+blocks = (ctx.block_lead, ctx.block_rows)
+assert ctx.blocks_host == [(0, 5), (5, 4), (9, 1), (10, 2)]
+grouped = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,
+                                 blocks=blocks)
+# rows sharing key/value loads (the bits are checked on the GPU, tests/test_gpu.py: the interpreter's numpy
+# products round differently per matrix shape)
+assert torch.allclose(grouped, out, atol=1e-6, rtol=1e-6)
+long = build_context([(list(range(0, 40)), list(range(7, 47)), False)], ps, "cpu")  # 40 rows: blocks 16, 16, 8
+assert long.blocks_host == [(0, 16), (16, 16), (32, 8)]
+ql = torch.randn(40, hq, d)
+lref = paged_attention(ql, kc, vc, long, d ** -0.5)
+largs = (ql, kc, vc, long.block_tables, long.row_seq, long.row_kv_len, ps, 47, d ** -0.5)
+lout = triton_paged_attention(*largs, blocks=(long.block_lead, long.block_rows))
+assert torch.allclose(lout, lref, atol=1e-5, rtol=1e-5)
+assert torch.allclose(lout, triton_paged_attention(*largs), atol=1e-6, rtol=1e-6)
 import sparkdec.ops.triton_attention as ta
-ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges: the same bits
+ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges on block boundaries: the same bits
 chunked = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,
-                                 row_kv_len_host=ctx.row_kv_len_host)
-assert torch.equal(chunked, out)
+                                 row_kv_len_host=ctx.row_kv_len_host, blocks=blocks, blocks_host=ctx.blocks_host)
+assert torch.equal(chunked, grouped)
+assert torch.equal(triton_paged_attention(*largs, row_kv_len_host=long.row_kv_len_host,
+                                          blocks=(long.block_lead, long.block_rows), blocks_host=long.blocks_host), lout)
 print("ok")
 """
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+BLOCK_ROWS = 16  # consecutive rows of one sequence that attention handles together (shared key/value loads)
+
 
 @dataclass(slots=True)
 class Segment:
@@ -26,6 +28,10 @@ class ForwardContext:
     row_kv_len: torch.Tensor | None = None  # [T] keys each token sees
     max_kv_len: int = 0  # bound on row_kv_len (sizes the kernel grid; a graph uses the context limit)
     row_kv_len_host: list[int] | None = None  # row_kv_len on the host (eager contexts; None inside graphs)
+    # row blocks for kernel attention: block b covers rows block_lead[b] .. + block_rows[b] - 1 (lead -1: none)
+    block_lead: torch.Tensor | None = None  # [G] int32
+    block_rows: torch.Tensor | None = None  # [G] int32
+    blocks_host: list[tuple[int, int]] | None = None  # (lead, rows) on the host (eager contexts)
 
     @property
     def num_tokens(self) -> int:
@@ -52,6 +58,7 @@ def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
         else:
             groups = [(start + j, start + j + 1, p + 1) for j, p in enumerate(pos)]
         segments.append(Segment(i, groups, max(g[2] for g in groups)))
+    blocks = row_blocks([(seg.row_groups[0][0], seg.row_groups[-1][1]) for seg in segments])
     row_seq = [seg.seq_index for seg in segments for a, b, _ in seg.row_groups for _ in range(a, b)]
     row_len = [n for seg in segments for a, b, n in seg.row_groups for _ in range(a, b)]
     return ForwardContext(
@@ -64,4 +71,12 @@ def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
         row_kv_len=torch.tensor(row_len, dtype=torch.int32, device=device),
         max_kv_len=max(row_len),
         row_kv_len_host=row_len,
+        block_lead=torch.tensor([a for a, _ in blocks], dtype=torch.int32, device=device),
+        block_rows=torch.tensor([n for _, n in blocks], dtype=torch.int32, device=device),
+        blocks_host=blocks,
     )
+
+
+def row_blocks(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Row spans [start, stop) of the sequences -> (lead row, rows) blocks of at most BLOCK_ROWS rows each."""
+    return [(j, min(BLOCK_ROWS, stop - j)) for start, stop in spans for j in range(start, stop, BLOCK_ROWS)]

@@ -9,7 +9,7 @@ import gc
 
 import torch
 
-from sparkdec.engine.context import ForwardContext
+from sparkdec.engine.context import ForwardContext, row_blocks
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
 
@@ -59,15 +59,16 @@ class TargetGraphs:
         t, pages = max(tiers), -(-max_positions // self.page_size)
         self.max_seqs = max_seqs
         # NOTE: all per-round row metadata goes through one pinned host buffer and one copy (ids, positions,
-        # slots, row -> sequence, keys per row); the graph reads views of the device copy. The host rewrites
+        # slots, row -> sequence, keys per row, row blocks); the graph reads views of the device copy. The host rewrites
         # the buffer only in the next round, after runner.verify's readback synchronised the stream; a round
         # that overlaps host and device work must double-buffer this (and ProposeGraphs.stage) first.
-        self.stage = pinned(torch.zeros(7, t, dtype=torch.long))
+        self.stage = pinned(torch.zeros(9, t, dtype=torch.long))
         self.stage_np = self.stage.numpy()
-        self.dev_stage = torch.zeros(7, t, dtype=torch.long, device=dev)
-        # rows 5 and 6: packed rows that take a draft token, and where in the drafts it is (apply_fill)
-        self.ids, self.positions, self.slots, self.row_seq, self.row_len, self.fill_rows, self.fill_src = \
-            self.dev_stage.unbind(0)
+        self.dev_stage = torch.zeros(9, t, dtype=torch.long, device=dev)
+        # rows 5 and 6: packed rows that take a draft token, and where in the drafts it is (apply_fill);
+        # rows 7 and 8: attention row blocks (first row, rows), -1 / 0 past the last block
+        (self.ids, self.positions, self.slots, self.row_seq, self.row_len, self.fill_rows, self.fill_src,
+         self.block_lead, self.block_rows) = self.dev_stage.unbind(0)
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
@@ -76,7 +77,8 @@ class TargetGraphs:
     def _forward(self, t: int):
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
                              page_size=self.page_size, row_seq=self.row_seq[:t], row_kv_len=self.row_len[:t],
-                             max_kv_len=self.max_positions)
+                             max_kv_len=self.max_positions, block_lead=self.block_lead[:t],
+                             block_rows=self.block_rows[:t])
         logits = self.runner.forward_rows(self.ids[:t], ctx)
         return logits, logits.argmax(-1)
 
@@ -95,6 +97,7 @@ class TargetGraphs:
         Returns how many rows take a draft token."""
         st, ps, at = self.stage_np, self.page_size, 0
         tier = tier or st.shape[1]
+        spans = []
         for i, (table, toks, positions) in enumerate(pieces):
             k = len(toks)
             st[0, at:at + k] = toks
@@ -103,8 +106,12 @@ class TargetGraphs:
             st[3, at:at + k] = i
             st[4, at:at + k] = positions
             st[4, at:at + k] += 1  # a causal row sees keys 0..position
+            spans.append((at, at + k))
             at += k
         st[:5, at:tier] = ((0,), (0,), (self.trash_slot,), (self.max_seqs,), (1,))  # padding rows
+        blocks = row_blocks(spans + ([(at, tier)] if tier > at else []))  # padding rows: blocks of the trash row
+        st[7:9, :len(blocks)] = list(zip(*blocks))
+        st[7:9, len(blocks):tier] = ((-1,), (0,))
         n_fill = len(fill[0]) if fill is not None else 0
         if n_fill:
             st[5, :n_fill] = fill[0]
@@ -168,16 +175,22 @@ class ProposeGraphs:
         self.stage_np[2 * b * self.gamma:3 * b * self.gamma] = self.gamma
         self.dev_stage.copy_(self.stage)
         self.row_seq = torch.zeros(b * self.gamma, dtype=torch.long, device=dev)
+        # row r belongs to sequence r // γ in every tier: the attention row blocks are fixed
+        blocks = row_blocks([(i * self.gamma, (i + 1) * self.gamma) for i in range(b)])
+        self.blocks_per_seq = len(blocks) // b
+        self.block_lead = torch.tensor([a for a, _ in blocks], dtype=torch.int32, device=dev)
+        self.block_rows = torch.tensor([n for _, n in blocks], dtype=torch.int32, device=dev)
         self.tables = torch.full((b, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
         self.graphs: dict[int, tuple] = {}
 
     def _forward(self, b: int):
-        n = b * self.gamma
+        n, nb = b * self.gamma, b * self.blocks_per_seq
         ctx = ForwardContext(positions=self.positions[:n], slot_mapping=self.slots[:n], block_tables=self.tables,
                              page_size=self.page_size, row_seq=self.row_seq[:n], row_kv_len=self.row_len[:n],
-                             max_kv_len=self.max_positions)
+                             max_kv_len=self.max_positions, block_lead=self.block_lead[:nb],
+                             block_rows=self.block_rows[:nb])
         return self.runner.propose_rows(self.anchors[:b], ctx, lambda z, k: z.argmax(-1), greedy=True)
 
     @torch.inference_mode()

@@ -25,7 +25,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         from sparkdec.ops.triton_attention import triton_paged_attention
 
         return triton_paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.row_seq, ctx.row_kv_len,
-                                      ctx.page_size, ctx.max_kv_len, scale, row_kv_len_host=ctx.row_kv_len_host)
+                                      ctx.page_size, ctx.max_kv_len, scale, row_kv_len_host=ctx.row_kv_len_host,
+                                      blocks=(ctx.block_lead, ctx.block_rows) if ctx.block_lead is not None else None,
+                                      blocks_host=ctx.blocks_host)
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv

@@ -11,73 +11,88 @@ import torch
 import triton
 import triton.language as tl
 
+from sparkdec.engine.context import BLOCK_ROWS
 from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
-PROGRAMS = 32  # programs per (row, kv head); each takes every PROGRAMS-th split
+PROGRAMS = 32  # programs per (row block, kv head); each takes every PROGRAMS-th split
+QUERY_TILE = 64  # query rows (row x head of the kv group) per tile: one shape for every call, so every row's
+#                  products run the same instructions whether it is alone (decode) or in a block (verify, prefill)
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, acc_ptr, ml_ptr, scale,
-                  stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits,
-                  GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                  SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr,
-                  PDL: tl.constexpr):
-    row = tl.program_id(0)
+def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, scale,
+                  stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads,
+                  GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
+                  D: tl.constexpr,
+                  D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr,
+                  ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     if PDL:
         gdc_wait()
-    kv_len = tl.load(len_ptr + row)
-    seq = tl.load(seq_ptr + row)
-    g = tl.arange(0, GROUP_PAD)
-    d = tl.arange(0, D_PAD)
-    dm = d < D
-    heads = kvh * GROUP + g
-    q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None] & dm[None, :],
-                other=0.0)
-    # NOTE: a fixed number of programs per (row, kv head) walk the splits p, p + PROGRAMS, ...: the grid
-    # stays small when a graph sizes it for the longest context; each split is still reduced on its own
-    for j in range(0, ITERS):
-        split = tl.program_id(2) + j * PROGRAMS
-        start = split * SPLIT_N
-        if start < kv_len:
-            _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh, stride_bt, page_size,
-                        num_splits, row, kvh, seq, kv_len, split, start, g, d, dm, heads, GROUP, GROUP_PAD, D, D_PAD,
-                        SPLIT_N, BLOCK)
+    lead = tl.load(lead_ptr + tl.program_id(0))  # first row of this program's row block (-1: no block)
+    n_rows = tl.load(nrow_ptr + tl.program_id(0))
+    if lead >= 0:
+        seq = tl.load(seq_ptr + lead)
+        i = tl.arange(0, ROWS * GROUP_PAD)  # query rows of the tile: (row r, head g of the kv group)
+        d = tl.arange(0, D_PAD)
+        dm = d < D
+        head = kvh * GROUP + i % GROUP_PAD
+        # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
+        for pas in range(0, PASSES):
+            r0 = pas * ROWS
+            row = lead + r0 + i // GROUP_PAD
+            live = (r0 + i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP)
+            lens = tl.load(len_ptr + row, mask=live, other=0)
+            max_len = tl.max(lens, 0)  # 0 for a pass past the block's rows: it does nothing
+            q = tl.load(q_ptr + row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                        mask=live[:, None] & dm[None, :], other=0.0)
+            # NOTE: a fixed number of programs per (block, kv head) walk the splits p, p + PROGRAMS, ...: the
+            # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
+            for j in range(0, ITERS):
+                split = tl.program_id(2) + j * PROGRAMS
+                start = split * SPLIT_N
+                if start < max_len:
+                    _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
+                                stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
+                                start, d, dm, ROWS * GROUP_PAD, D, D_PAD, SPLIT_N, BLOCK)
     if PDL:
         gdc_launch_dependents()
 
 
 @triton.jit
-def _split_body(q, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh, stride_bt, page_size, num_splits,
-                row, kvh, seq, kv_len, split, start, g, d, dm, heads, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-                D: tl.constexpr, D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
-    """One split of one (row, kv head): partial softmax state (max, sum, weighted values) to the workspace."""
-    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    l_i = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
+def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
+                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, d, dm,
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
+    """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
+    workspace. Each query row masks the keys past its own kv_len; its arithmetic is the same whatever the
+    other rows of the tile are (a fully masked step leaves its state bit-for-bit unchanged)."""
+    m_i = tl.full([QR], float("-inf"), tl.float32)
+    l_i = tl.zeros([QR], tl.float32)
+    acc = tl.zeros([QR, D_PAD], tl.float32)
     for i in range(0, SPLIT_N // BLOCK):
         pos = start + i * BLOCK + tl.arange(0, BLOCK)
-        valid = pos < kv_len
+        valid = pos < max_len
         page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=valid, other=0)
         slot = page.to(tl.int64) * page_size + pos % page_size
         kv_mask = valid[:, None] & dm[None, :]
         k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale  # [G, BLOCK]
-        s = tl.where(valid[None, :], s, float("-inf"))
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale  # [QR, BLOCK]
+        s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet stays finite (never read)
+        alpha = tl.exp(m_i - m_use)
+        p = tl.exp(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
         m_i = m_new
-    base = (row.to(tl.int64) * (GROUP * tl.num_programs(1)) + heads) * num_splits + split  # int64: large workspaces
-    tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=(g < GROUP)[:, None] & dm[None, :])
-    tl.store(ml_ptr + base * 2, m_i, mask=g < GROUP)
-    tl.store(ml_ptr + base * 2 + 1, l_i, mask=g < GROUP)
+    base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
+    tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
+    tl.store(ml_ptr + base * 2, m_i, mask=live)
+    tl.store(ml_ptr + base * 2 + 1, l_i, mask=live)
 
 
 @triton.jit
@@ -117,29 +132,52 @@ WORKSPACE_BYTES = 1 << 29  # eager calls whose split workspace would exceed this
 
 def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                            row_seq: torch.Tensor, row_kv_len: torch.Tensor, page_size: int, max_kv_len: int,
-                           scale: float, row_kv_len_host: list[int] | None = None) -> torch.Tensor:
+                           scale: float, row_kv_len_host: list[int] | None = None,
+                           blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
+                           blocks_host: list[tuple[int, int]] | None = None) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
-    row_kv_len_host (eager calls): the same lengths on the host; a long prefill chunk then runs in row ranges
-    whose workspace stays under WORKSPACE_BYTES (rows are independent, so the results are the same)."""
+    blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
+    key/value loads are shared, one per program row (lead -1: none); None: every row alone.
+    row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
+    ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
+    depend on each other)."""
     t, hq, d = q.shape
     out = torch.empty_like(q)
+    if blocks is None:
+        ones = torch.ones(t, dtype=torch.int32, device=q.device)
+        blocks = (torch.arange(t, dtype=torch.int32, device=q.device), ones)
+        blocks_host = blocks_host or [(r, 1) for r in range(t)]
     per_row = hq * triton.cdiv(max_kv_len, SPLIT) * (d + 2) * 4
-    if row_kv_len_host is None or t * per_row <= WORKSPACE_BYTES:
-        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out)
+    if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
         return out
-    step = max(1, WORKSPACE_BYTES // per_row)
-    for r0 in range(0, t, step):
-        r1 = min(t, r0 + step)
+    for group in _block_ranges(blocks_host, max(BLOCK_ROWS, WORKSPACE_BYTES // per_row)):
+        r0, r1 = group[0][0], group[-1][0] + group[-1][1]
+        lead = torch.tensor([a - r0 for a, _ in group], dtype=torch.int32).to(q.device, non_blocking=True)
+        rows = torch.tensor([n for _, n in group], dtype=torch.int32).to(q.device, non_blocking=True)
         _attend(q[r0:r1], k_cache, v_cache, block_tables, row_seq[r0:r1], row_kv_len[r0:r1], page_size,
-                max(row_kv_len_host[r0:r1]), scale, out[r0:r1])
+                max(row_kv_len_host[r0:r1]), scale, out[r0:r1], (lead, rows))
     return out
 
 
+def _block_ranges(blocks: list[tuple[int, int]], max_rows: int) -> list[list[tuple[int, int]]]:
+    """Consecutive row blocks grouped into runs of at most max_rows rows (a block is never cut)."""
+    groups, cur, n = [], [], 0
+    for blk in blocks:
+        if cur and n + blk[1] > max_rows:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(blk)
+        n += blk[1]
+    return groups + ([cur] if cur else [])
+
+
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
-            out: torch.Tensor) -> None:
+            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor]) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
+    group_pad = triton.next_power_of_2(group)
     splits = triton.cdiv(max_kv_len, SPLIT)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
@@ -148,12 +186,14 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     splits_pow2 = triton.next_power_of_2(splits)
     programs = min(splits_pow2, PROGRAMS)
     extra = {"launch_pdl": True} if USE_PDL else {}
-    _split_kernel[(t, hkv, programs)](q, k_cache, v_cache, block_tables, row_seq, row_kv_len, acc, ml, scale,
-                                      q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-                                      block_tables.stride(0), page_size, splits, GROUP=group,
-                                      GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
-                                      D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=BLOCK_N,
-                                      PROGRAMS=programs, ITERS=splits_pow2 // programs, PDL=USE_PDL, **extra)
+    lead, rows = blocks
+    rows_per_pass = max(1, max(QUERY_TILE, group_pad) // group_pad)
+    _split_kernel[(lead.shape[0], hkv, programs)](
+        q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, GROUP=group,
+        GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
+        D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs,
+        ITERS=splits_pow2 // programs, PDL=USE_PDL, num_warps=4, **extra)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
                              D_PAD=max(16, triton.next_power_of_2(d)), PDL=USE_PDL, **extra)

@@ -1,8 +1,9 @@
 """Batch-invariant Triton matrix products (CUDA), with optional residual / SiLU epilogues and a fixed split-K.
 
-y = epilogue(x @ W^T) for x [M, K], W [N, K]. Rows are processed in tiles of 16; a row's reduction
-runs over K in fixed BLOCK_K steps inside one program, so its result never depends on M or on the other
-rows (DESIGN §3.4). The tile configuration is a function of (N, K) only, never of M.
+y = epilogue(x @ W^T) for x [M, K], W [N, K]. A row's reduction runs over K in fixed steps inside one
+program (and, with SPLIT_K, in fixed slices summed in slice order), so its result never depends on M or on
+the other rows (DESIGN §3.4). SPLIT_K is a function of (N, K) only; the tile height grows with M (row_tile),
+which changes no row's bits.
 
 Fusions (each replaces a kernel of the reference layer):
 - silu: W interleaves gate and up rows; y = silu(x @ gate^T) * (x @ up^T) (Qwen3 MLP);
@@ -47,6 +48,18 @@ def load_configs(path: str | os.PathLike | None = None) -> None:
     with open(path) as f:
         table = json.load(f)
     CONFIGS.update({tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.get("configs", {}).items()})
+
+
+def row_tile(m: int, block_n: int, block_k: int, warps: int, stages: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) for M rows. Small M keeps the tuned 16-row tile (decode,
+    verify: bandwidth-bound); large M (prefill) takes 64- or 128-row tiles (Hopper wgmma, 3-5x the throughput).
+    A row's bits do not change: they depend only on the order of the K steps (16 at a time, then SPLIT_K
+    slices), never on the tile's height or BLOCK_K (checked bitwise on the H200, tests/test_gpu.py)."""
+    if m > 256:
+        return 128, 256, min(64, block_k), 8, 3
+    if m > 64:
+        return 64, 128, min(64, block_k), 4, 3
+    return BLOCK_M, block_n, block_k, warps, stages
 
 
 def pick_config(n: int, k: int) -> tuple[int, int, int, int, int]:
@@ -165,21 +178,22 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     block_n, block_k, split_k, warps, stages = pick_config(weight.shape[0], k)
     if k % (split_k * block_k):
         split_k = 1
+    block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0:
         return out
     res = residual if residual is not None else out
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(weight.shape[0], block_n), split_k)
+    grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:
         tiles = grid[0] * grid[1]
-        ws = torch.empty(split_k * tiles * BLOCK_M * block_n, dtype=torch.float32, device=x.device)
+        ws = torch.empty(split_k * tiles * block_m * block_n, dtype=torch.float32, device=x.device)
         cnt = _counters(x.device, tiles)
     extra = {"launch_pdl": True} if USE_PDL else {}
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
                        res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
-                       IEEE=x.dtype == torch.float32, PDL=USE_PDL, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
+                       IEEE=x.dtype == torch.float32, PDL=USE_PDL, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                        SPLIT_K=split_k, num_warps=warps, num_stages=stages, **extra)
     return out
 

@@ -1,0 +1,86 @@
+"""Device A/B of decode-path kernel variants in one process: each variant patches module settings, builds a fresh
+engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times graph replays.
+
+usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all)
+"""
+from __future__ import annotations
+
+import gc
+import json
+import sys
+
+import torch
+
+from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill
+from sparkdec.bench.shapes import param_bytes, random_models
+from sparkdec.ops import prefetch, triton_attention, triton_gemm
+
+MB = 1 << 20
+VARIANTS = {
+    "base": {(prefetch, "PREFETCH_BYTES"): 0},
+    "pf8": {(prefetch, "PREFETCH_BYTES"): 8 * MB},
+    "pf24": {(prefetch, "PREFETCH_BYTES"): 24 * MB},
+    "pf24_evict": {(prefetch, "PREFETCH_BYTES"): 24 * MB, (triton_gemm, "WEIGHT_EVICTION"): "evict_first"},
+    "pf24_split64": {(prefetch, "PREFETCH_BYTES"): 24 * MB, (triton_attention, "SPLIT"): 64},
+    "pf24_split64_b32": {(prefetch, "PREFETCH_BYTES"): 24 * MB, (triton_attention, "SPLIT"): 64,
+                         (triton_attention, "BLOCK_N"): 32},
+}
+
+
+def tier_replay_ms(engine, seq, rows: int) -> float:
+    """Device ms of one verify graph of `rows` rows at the sequence's end, replayed back to back."""
+    g = engine.runner.graphs
+    s = seq.anchor_position
+    pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
+    tier = g.tier_for(rows, 1)
+    g._fill(pieces, [seq.block_table], tier)
+    graph = g.graphs[tier][0]
+    for _ in range(3):
+        graph.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(20):
+        graph.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / 20
+
+
+def run_variant(models, ctx: int, overrides: dict) -> dict:
+    saved = {key: getattr(*key) for key in overrides}
+    for (mod, name), value in overrides.items():
+        setattr(mod, name, value)
+    try:
+        eng = make_engine(models, ctx, spec=False)
+        seq = prefill(eng, ctx, 200)
+        res = {"decode_ms": decode_ms(eng, seq, 64), "replay1_ms": graph_replay_ms(eng, seq),
+               "replay8_ms": tier_replay_ms(eng, seq, 8)}
+        del eng, seq
+        gc.collect()
+        torch.cuda.empty_cache()
+        return res
+    finally:
+        for (mod, name), value in saved.items():
+            setattr(mod, name, value)
+
+
+def main() -> None:
+    out = sys.argv[1]
+    shape = sys.argv[2] if len(sys.argv) > 2 else "qwen3-4b"
+    names = sys.argv[3:] or list(VARIANTS)
+    bw = copy_bandwidth()
+    models = random_models(shape)
+    floor_ms = param_bytes(models[0]) / bw * 1e3
+    results = {"shape": shape, "copy_bandwidth": bw, "weights_floor_ms": floor_ms, "runs": {}}
+    for ctx in (1024, 8192):
+        for name in names:
+            r = run_variant(models, ctx, VARIANTS[name])
+            results["runs"][f"{name}@{ctx}"] = r
+            print(f"{name:>18} ctx {ctx}: decode {r['decode_ms']:.3f} ms, replay1 {r['replay1_ms']:.3f}, "
+                  f"replay8 {r['replay8_ms']:.3f}", flush=True)
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
