@@ -27,6 +27,9 @@ def test_target_staging_matches_build_context_and_skips_unchanged_tables():
         assert torch.equal(g.positions[:n], ctx.positions) and torch.equal(g.slots[:n], ctx.slot_mapping)
         assert g.row_seq[:n].tolist() == ctx.row_seq.tolist() and g.row_len[:n].tolist() == ctx.row_kv_len.tolist()
         assert g.slots[n:16].eq(TRASH * PS).all() and g.row_len[n:16].eq(1).all() and g.row_seq[n:16].eq(4).all()
+        nb = len(ctx.blocks_host)  # the sequences' row blocks, then the padding rows as one more block
+        assert list(zip(g.block_lead[:nb + 1].tolist(), g.block_rows[:nb + 1].tolist())) == ctx.blocks_host + [(n, 16 - n)]
+        assert g.block_lead[nb + 1:16].eq(-1).all() and g.block_rows[nb + 1:16].eq(0).all()
         for i, (bt, _, _) in enumerate(pieces):
             assert g.tables[i, :len(bt)].tolist() == bt
     drafts = torch.tensor([70, 71, 72, 73])

@@ -47,6 +47,10 @@ largs = (ql, kc, vc, long.block_tables, long.row_seq, long.row_kv_len, ps, 47, d
 lout = triton_paged_attention(*largs, blocks=(long.block_lead, long.block_rows))
 assert torch.allclose(lout, lref, atol=1e-5, rtol=1e-5)
 assert torch.allclose(lout, triton_paged_attention(*largs), atol=1e-6, rtol=1e-6)
+# a graph of a small tier reads a prefix of the blocks staged for a larger one: blocks are clipped to the call
+one = triton_paged_attention(*[a[:1] if i in (0, 4, 5) else a for i, a in enumerate(largs)],
+                             blocks=(torch.tensor([0, 16], dtype=torch.int32), torch.tensor([16, 16], dtype=torch.int32)))
+assert torch.allclose(one, lref[:1], atol=1e-5, rtol=1e-5)
 import sparkdec.ops.triton_attention as ta
 ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges on block boundaries: the same bits
 chunked = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,

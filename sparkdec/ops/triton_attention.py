@@ -24,7 +24,7 @@ QUERY_TILE = 64  # query rows (row x head of the kv group) per tile: one shape f
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, scale,
-                  stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads,
+                  stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, num_rows,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr,
@@ -33,8 +33,9 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
     if PDL:
         gdc_wait()
     lead = tl.load(lead_ptr + tl.program_id(0))  # first row of this program's row block (-1: no block)
-    n_rows = tl.load(nrow_ptr + tl.program_id(0))
-    if lead >= 0:
+    # NOTE: clipped to the call's rows: a graph of a small tier reads a prefix of blocks staged for a larger one
+    n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
+    if (lead >= 0) & (lead < num_rows):
         seq = tl.load(seq_ptr + lead)
         i = tl.arange(0, ROWS * GROUP_PAD)  # query rows of the tile: (row r, head g of the kv group)
         d = tl.arange(0, D_PAD)
@@ -190,7 +191,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     rows_per_pass = max(1, max(QUERY_TILE, group_pad) // group_pad)
     _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, GROUP=group,
+        k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs,
         ITERS=splits_pow2 // programs, PDL=USE_PDL, num_warps=4, **extra)
