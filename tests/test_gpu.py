@@ -152,6 +152,8 @@ def test_attention_rows_in_blocks_equal_rows_alone():
     ctx = build_context(rows, ps, "cuda")
     q = torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16)
     args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
-    alone = ta.triton_paged_attention(*args)
     grouped = ta.triton_paged_attention(*args, blocks=(ctx.block_lead, ctx.block_rows))
-    assert torch.equal(grouped, alone)
+    for r in range(ctx.num_tokens):  # one row per call: the smallest query tile
+        one = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps,
+               ctx.max_kv_len, d ** -0.5)
+        assert torch.equal(ta.triton_paged_attention(*one), grouped[r:r + 1]), r

@@ -56,8 +56,9 @@ ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges on block boundar
 chunked = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,
                                  row_kv_len_host=ctx.row_kv_len_host, blocks=blocks, blocks_host=ctx.blocks_host)
 assert torch.equal(chunked, grouped)
-assert torch.equal(triton_paged_attention(*largs, row_kv_len_host=long.row_kv_len_host,
-                                          blocks=(long.block_lead, long.block_rows), blocks_host=long.blocks_host), lout)
+assert torch.allclose(triton_paged_attention(*largs, row_kv_len_host=long.row_kv_len_host,
+                                             blocks=(long.block_lead, long.block_rows), blocks_host=long.blocks_host),
+                      lout, atol=1e-6, rtol=1e-6)  # smaller query tiles for the smaller ranges
 print("ok")
 """
 

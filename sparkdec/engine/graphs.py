@@ -109,9 +109,11 @@ class TargetGraphs:
             spans.append((at, at + k))
             at += k
         st[:5, at:tier] = ((0,), (0,), (self.trash_slot,), (self.max_seqs,), (1,))  # padding rows
-        blocks = row_blocks(spans + ([(at, tier)] if tier > at else []))  # padding rows: blocks of the trash row
-        st[7:9, :len(blocks)] = list(zip(*blocks))
-        st[7:9, len(blocks):tier] = ((-1,), (0,))
+        nb = 0
+        for lead, rows in row_blocks(spans + ([(at, tier)] if tier > at else [])):  # padding: the trash row's blocks
+            st[7, nb], st[8, nb] = lead, rows
+            nb += 1
+        st[7:9, nb:tier] = ((-1,), (0,))
         n_fill = len(fill[0]) if fill is not None else 0
         if n_fill:
             st[5, :n_fill] = fill[0]

@@ -18,8 +18,7 @@ SPLIT = 128  # keys per split (fixed: part of the reduction order)
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 PROGRAMS = 32  # programs per (row block, kv head); each takes every PROGRAMS-th split
-QUERY_TILE = 64  # query rows (row x head of the kv group) per tile: one shape for every call, so every row's
-#                  products run the same instructions whether it is alone (decode) or in a block (verify, prefill)
+QUERY_TILE = 64  # most query rows (row x head of the kv group) per tile
 
 
 @triton.jit
@@ -188,7 +187,10 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     programs = min(splits_pow2, PROGRAMS)
     extra = {"launch_pdl": True} if USE_PDL else {}
     lead, rows = blocks
-    rows_per_pass = max(1, max(QUERY_TILE, group_pad) // group_pad)
+    # query tile: up to QUERY_TILE rows (16 at least, the smallest dot); a single-row call (decode) takes the
+    # smallest. A row's bits do not depend on the tile's height (checked bitwise on the H200, tests/test_gpu.py)
+    tile = max(16, min(QUERY_TILE, triton.next_power_of_2(min(BLOCK_ROWS, t)) * group_pad), group_pad)
+    rows_per_pass = tile // group_pad
     _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
