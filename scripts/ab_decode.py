@@ -1,5 +1,6 @@
 """Device A/B of decode-path kernel variants in one process: each variant patches module settings, builds a fresh
-engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times graph replays.
+engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times graph replays. (The L2-prefetch
+and attention-split variants it first ran are in benchmarks/results/l2_prefetch_ab_h200_2026-11-29.json.)
 
 usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all)
 """
@@ -13,17 +14,12 @@ import torch
 
 from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import prefetch, triton_attention, triton_gemm
+from sparkdec.ops import triton_gemm
 
-MB = 1 << 20
 VARIANTS = {
-    "base": {(prefetch, "PREFETCH_BYTES"): 0},
-    "pf8": {(prefetch, "PREFETCH_BYTES"): 8 * MB},
-    "pf24": {(prefetch, "PREFETCH_BYTES"): 24 * MB},
-    "pf24_evict": {(prefetch, "PREFETCH_BYTES"): 24 * MB, (triton_gemm, "WEIGHT_EVICTION"): "evict_first"},
-    "pf24_split64": {(prefetch, "PREFETCH_BYTES"): 24 * MB, (triton_attention, "SPLIT"): 64},
-    "pf24_split64_b32": {(prefetch, "PREFETCH_BYTES"): 24 * MB, (triton_attention, "SPLIT"): 64,
-                         (triton_attention, "BLOCK_N"): 32},
+    "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
+    "pdl_early": {(triton_gemm, "PDL_MODE"): 2},
+    "pdl_off": {(triton_gemm, "PDL_MODE"): 0},
 }
 
 

@@ -83,9 +83,9 @@ def main(out_path: str, quick: bool) -> None:
             if best is None or us < best[1]:
                 best = (cfg, us)
         tg.CONFIGS[(n, k)] = best[0]
-        tg.USE_PDL = False
+        tg.PDL_MODE = 0
         no_pdl = graph_time(call, copies)
-        tg.USE_PDL = True
+        tg.PDL_MODE = 1
         entry.update(best=list(best[0]), best_us=best[1], best_TBps=nbytes / best[1] / 1e6, best_no_pdl_us=no_pdl)
         res["shapes"][name] = entry
         res["configs"][f"{n},{k}"] = list(best[0])

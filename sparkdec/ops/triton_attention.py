@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
+from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
@@ -34,6 +34,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
     kvh = tl.program_id(1)
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     lead = tl.load(lead_ptr + tl.program_id(0))  # first row of this program's row block (-1: no block)
     # NOTE: clipped to the call's rows: a graph of a small tier reads a prefix of blocks staged for a larger one
     n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
@@ -61,7 +63,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, d, dm, ROWS * GROUP_PAD, D, D_PAD, SPLIT_N, BLOCK)
-    if PDL:
+    if PDL == 1:
         gdc_launch_dependents()
 
 
@@ -106,6 +108,8 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     h = tl.program_id(1)
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
@@ -188,7 +192,6 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     # compiles a handful of variants, not one per split count (extra iterations find no keys and skip)
     splits_pow2 = triton.next_power_of_2(splits)
     programs = min(splits_pow2, PROGRAMS)
-    extra = {"launch_pdl": True} if USE_PDL else {}
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
     _split_kernel[(lead.shape[0], hkv, programs)](
@@ -196,7 +199,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, PDL=USE_PDL, num_warps=4, **extra)
+        ITERS=splits_pow2 // programs, num_warps=4, **pdl_args())
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), PDL=USE_PDL, **extra)
+                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())

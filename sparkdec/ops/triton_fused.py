@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sparkdec.ops.triton_gemm import USE_PDL, gdc_wait
+from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
 
 
 @triton.jit
@@ -18,6 +18,8 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride
     row = tl.program_id(0)
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
@@ -39,8 +41,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     out = torch.empty_like(x)
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
-                           out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), PDL=USE_PDL,
-                           **({"launch_pdl": True} if USE_PDL else {}))
+                           out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), **pdl_args())
     return (out, res_out) if residual is not None else out
 
 
@@ -52,6 +53,8 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
     h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     offs = tl.arange(0, HALF)
     is_q = h < NUM_Q
     kvh = h - NUM_Q
@@ -94,9 +97,8 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
     t = qkv.shape[0]
     d = k_cache.shape[2]
     q = torch.empty(t, max(num_q, 1), d, dtype=qkv.dtype, device=qkv.device)
-    extra = {"launch_pdl": True} if USE_PDL else {}
     _qkv_rope_store_kernel[(t, num_q + num_kv)](
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
-        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, PDL=USE_PDL, **extra)
+        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args())
     return q if num_q else None

@@ -21,7 +21,15 @@ import triton.language as tl
 
 BLOCK_M = 16
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-USE_PDL = not INTERPRET and os.environ.get("SPARKDEC_PDL", "1") != "0"
+# programmatic dependent launch: 0 off; 1: a kernel lets the next launch after its main work; 2: right after its
+# own wait (the next kernel's programs start and load their first weight tile while this one runs).
+# SPARKDEC_PDL overrides; read at every launch, so an A/B run can switch it in one process.
+PDL_MODE = 0 if INTERPRET else int(os.environ.get("SPARKDEC_PDL", "1"))
+
+
+def pdl_args() -> dict:
+    """The PDL constexpr and launch option of every Triton kernel of the CUDA path."""
+    return {"PDL": PDL_MODE, "launch_pdl": True} if PDL_MODE else {"PDL": 0}
 
 if not INTERPRET:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -138,6 +146,8 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
     for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
@@ -145,7 +155,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         kmask = kk < K
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
-    if PDL:
+    if PDL == 1:
         gdc_launch_dependents()
     if SPLIT_K == 1:
         _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
@@ -190,11 +200,10 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         tiles = grid[0] * grid[1]
         ws = torch.empty(split_k * tiles * block_m * block_n, dtype=torch.float32, device=x.device)
         cnt = _counters(x.device, tiles)
-    extra = {"launch_pdl": True} if USE_PDL else {}
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
                        res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
-                       IEEE=x.dtype == torch.float32, PDL=USE_PDL, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **extra)
+                       IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **pdl_args())
     return out
 
 

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sparkdec.ops.triton_gemm import USE_PDL, gdc_launch_dependents, gdc_wait
+from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
 
 BLOCK_B = 16  # sequences per program (rows of the dot)
 BLOCK_V = 64  # vocabulary entries per program
@@ -30,13 +30,15 @@ def _step_kernel(prev_ptr, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr, pidx_ptr, B, 
     w2 = tl.load(w2_ptr + cols[:, None] * R + rs[None, :], mask=cmask[:, None], other=0.0)  # [BLOCK_V, R]
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
     e = tl.load(w1_ptr + prev[:, None] * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
     if IEEE:
         acc = tl.dot(e, tl.trans(w2), input_precision="ieee")
     else:
         acc = tl.dot(e, tl.trans(w2))
-    if PDL:
+    if PDL == 1:
         gdc_launch_dependents()
     # NOTE: rounded like the reference: linear(e, W2) in the weights' dtype, then float32
     bias = acc.to(w2_ptr.dtype.element_ty).to(tl.float32)
@@ -55,6 +57,8 @@ def _argmax_kernel(pmax_ptr, pidx_ptr, prev_ptr, drafts_ptr, stride_d, n_tiles, 
     row = tl.program_id(0)
     if PDL:
         gdc_wait()
+        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
+            gdc_launch_dependents()
     offs = tl.arange(0, CHUNK)
     best = tl.full([], float("-inf"), tl.float32)
     best_idx = tl.full([], 0, tl.int32)
@@ -79,13 +83,12 @@ def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch
     n_tiles = triton.cdiv(v, BLOCK_V)
     pmax = torch.empty(b, n_tiles, dtype=torch.float32, device=u.device)
     pidx = torch.empty(b, n_tiles, dtype=torch.int32, device=u.device)
-    extra = {"launch_pdl": True} if USE_PDL else {}
     _step_kernel[(n_tiles, triton.cdiv(b, BLOCK_B))](prev, w1, w2, u, z_out, pmax, pidx, b, v, u.stride(0),
                                                      z_out.stride(0), n_tiles, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V,
-                                                     IEEE=w2.dtype == torch.float32, PDL=USE_PDL, **extra)
+                                                     IEEE=w2.dtype == torch.float32, **pdl_args())
     chunk = 1024
     _argmax_kernel[(b,)](pmax, pidx, prev, drafts_col, drafts_col.stride(0), n_tiles, CHUNK=chunk,
-                         CHUNKS=triton.cdiv(n_tiles, chunk), PDL=USE_PDL, **extra)
+                         CHUNKS=triton.cdiv(n_tiles, chunk), **pdl_args())
 
 
 def supported(w1: torch.Tensor) -> bool:
