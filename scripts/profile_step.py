@@ -27,7 +27,7 @@ torch.cuda.synchronize()
 print(f"graph replay only (device): {ev[0].elapsed_time(ev[1]) / 20:.3f} ms")
 print(f"verify wall incl. host: {wall(lambda: eng.runner.verify(pieces, list(range(8)))) * 1e3:.3f} ms")
 print(f"fill only (host): {wall(lambda: g._fill(pieces, [seq.block_table])) * 1e3:.3f} ms")
-eng.runner.graphs = None
+eng.runner.graphs = eng.runner.propose_graphs = None  # eager: kernels show one by one
 one = [(seq.block_table, [seq.anchor], [s])]
 for name, fn in [("decode eager (1 row)", lambda: eng.runner.verify(one, [0])),
                  ("verify eager", lambda: eng.runner.verify(pieces, list(range(8)))),
