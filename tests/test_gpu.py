@@ -157,3 +157,25 @@ def test_attention_rows_in_blocks_equal_rows_alone():
         one = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps,
                ctx.max_kv_len, d ** -0.5)
         assert torch.equal(ta.triton_paged_attention(*one), grouped[r:r + 1]), r
+
+
+def test_prompt_rows_do_not_depend_on_chunking():
+    """Prompt rows (prefill kernel, one pass over the keys) get the same bits whether the prompt is prefilled in
+    one chunk or in several, and next to generated rows (split kernel) or not."""
+    from sparkdec.engine.context import build_context
+    from sparkdec.ops.attention import paged_attention
+
+    torch.manual_seed(0)
+    ps, hq, hkv, d = 16, 32, 8, 128
+    kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    table = list(range(100))
+    q = torch.randn(900, hq, d, device="cuda", dtype=torch.bfloat16)
+    whole = paged_attention(q, kc, vc, build_context([(table, list(range(900)), False)], ps, "cuda", 0), d ** -0.5)
+    parts = [paged_attention(q[a:b], kc, vc, build_context([(table, list(range(a, b)), False)], ps, "cuda", 0), d ** -0.5)
+             for a, b in [(0, 250), (250, 251), (251, 900)]]
+    assert torch.equal(torch.cat(parts), whole)
+    gen = torch.randn(3, hq, d, device="cuda", dtype=torch.bfloat16)  # generated rows of other sequences first
+    rows = [(list(range(100, 200)), [1000], False), (list(range(200, 300)), [40, 41], False), (table, list(range(251, 900)), False)]
+    mixed = paged_attention(torch.cat([gen, q[251:]]), kc, vc, build_context(rows, ps, "cuda", 2), d ** -0.5)
+    assert torch.equal(mixed[3:], whole[251:])

@@ -51,6 +51,16 @@ assert torch.allclose(lout, triton_paged_attention(*largs), atol=1e-6, rtol=1e-6
 one = triton_paged_attention(*[a[:1] if i in (0, 4, 5) else a for i, a in enumerate(largs)],
                              blocks=(torch.tensor([0, 16], dtype=torch.int32), torch.tensor([16, 16], dtype=torch.int32)))
 assert torch.allclose(one, lref[:1], atol=1e-5, rtol=1e-5)
+# prompt rows take the prefill kernel (one pass over the keys), generated rows the split kernel, in one forward
+from sparkdec.ops.attention import _cuda_attention
+mixed_rows = [(list(range(0, 40)), [300], False), (list(range(64, 200)), list(range(0, 37)), False),
+              (list(range(0, 40)), list(range(200, 230)), False)]
+mixed = build_context(mixed_rows, ps, "cpu", prompt_from=1)
+assert mixed.prompt_row == 1 and mixed.blocks_host == [(0, 1)]
+assert list(zip(mixed.prompt_lead.tolist(), mixed.prompt_rows.tolist())) == [(1, 16), (17, 16), (33, 5), (38, 16), (54, 14)]
+qm = torch.randn(mixed.num_tokens, hq, d)
+mref = paged_attention(qm, kc, vc, mixed, d ** -0.5)
+assert torch.allclose(_cuda_attention(qm, kc, vc, mixed, d ** -0.5), mref, atol=1e-5, rtol=1e-5)
 import sparkdec.ops.triton_attention as ta
 ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges on block boundaries: the same bits
 chunked = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,

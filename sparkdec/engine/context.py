@@ -32,6 +32,11 @@ class ForwardContext:
     block_lead: torch.Tensor | None = None  # [G] int32
     block_rows: torch.Tensor | None = None  # [G] int32
     blocks_host: list[tuple[int, int]] | None = None  # (lead, rows) on the host (eager contexts)
+    # prompt rows (CUDA): rows from prompt_row on are prompt rows; they take the prefill kernel in their own
+    # blocks (the blocks above then cover the rows before prompt_row only). None: no prompt rows
+    prompt_row: int | None = None
+    prompt_lead: torch.Tensor | None = None  # [Gp] int32
+    prompt_rows: torch.Tensor | None = None  # [Gp] int32
 
     @property
     def num_tokens(self) -> int:
@@ -39,9 +44,10 @@ class ForwardContext:
 
 
 def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
-                  device: torch.device | str) -> ForwardContext:
+                  device: torch.device | str, prompt_from: int | None = None) -> ForwardContext:
     """rows: per sequence (block_table, positions, is_block). Causal rows see keys up to their own
-    position; a block (drafter) sees everything up to the end of the block."""
+    position; a block (drafter) sees everything up to the end of the block. prompt_from: index of the first
+    entry that is a prompt chunk (all later entries are too); their rows take the prefill attention kernel."""
     positions: list[int] = []
     slots: list[int] = []
     segments: list[Segment] = []
@@ -58,7 +64,9 @@ def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
         else:
             groups = [(start + j, start + j + 1, p + 1) for j, p in enumerate(pos)]
         segments.append(Segment(i, groups, max(g[2] for g in groups)))
-    blocks = row_blocks([(seg.row_groups[0][0], seg.row_groups[-1][1]) for seg in segments])
+    spans = [(seg.row_groups[0][0], seg.row_groups[-1][1]) for seg in segments]
+    cut = len(spans) if prompt_from is None else prompt_from
+    blocks, prompt_blocks = row_blocks(spans[:cut]), row_blocks(spans[cut:])
     row_seq = [seg.seq_index for seg in segments for a, b, _ in seg.row_groups for _ in range(a, b)]
     row_len = [n for seg in segments for a, b, n in seg.row_groups for _ in range(a, b)]
     return ForwardContext(
@@ -74,6 +82,9 @@ def build_context(rows: list[tuple[list[int], list[int], bool]], page_size: int,
         block_lead=torch.tensor([a for a, _ in blocks], dtype=torch.int32, device=device),
         block_rows=torch.tensor([n for _, n in blocks], dtype=torch.int32, device=device),
         blocks_host=blocks,
+        prompt_row=spans[cut][0] if cut < len(spans) else None,
+        prompt_lead=torch.tensor([a for a, _ in prompt_blocks], dtype=torch.int32, device=device),
+        prompt_rows=torch.tensor([n for _, n in prompt_blocks], dtype=torch.int32, device=device),
     )
 
 

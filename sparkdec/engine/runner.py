@@ -85,21 +85,24 @@ class ModelRunner:
         return self.target.logits(self.forward_rows_hidden(ids, ctx))
 
     @torch.inference_mode()
-    def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = ()):
+    def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None):
         """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
         ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
         (the drafts, which never visit the host before the verify). The host lists are the argmax of the
         logit rows followed by each readback tensor, flattened: one device->host read for all of them.
-        Replays a CUDA graph when one fits."""
+        prompt_from: index of the first piece that is a prompt chunk (all later pieces are too).
+        Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
+        prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
-        tier = self.graphs.tier_for(num_tokens, len(pieces)) if self.graphs is not None else None
+        graphs = self.graphs if prompt_from is None else None
+        tier = graphs.tier_for(num_tokens, len(pieces)) if graphs is not None else None
         if tier is not None:
             logits_all, argmax_all = self.graphs.run(pieces, tier, fill)
             logits, first = LogitRows(logits_all, logit_rows), argmax_all[:num_tokens]  # no gather on the device
         else:
             idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
-            hidden, _ = self.target_forward(pieces, fill)
+            hidden, _ = self.target_forward(pieces, fill, prompt_from)
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
         # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
@@ -112,10 +115,12 @@ class ModelRunner:
         return logits, out
 
     @torch.inference_mode()
-    def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None) -> tuple[torch.Tensor, ForwardContext]:
-        """pieces: per sequence (block_table, token ids, positions), causal rows. Returns hidden [T, d].
+    def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None,
+                       prompt_from: int | None = None) -> tuple[torch.Tensor, ForwardContext]:
+        """pieces: per sequence (block_table, token ids, positions), causal rows; pieces from prompt_from on are
+        prompt chunks. Returns hidden [T, d].
         Tap rows go straight into the drafter's context cache at their positions (DESIGN §3.3)."""
-        ctx = build_context([(bt, pos, False) for bt, _, pos in pieces], self.page_size, self.device)
+        ctx = build_context([(bt, pos, False) for bt, _, pos in pieces], self.page_size, self.device, prompt_from)
         ids = torch.tensor([t for _, toks, _ in pieces for t in toks], dtype=torch.long, device=self.device)
         apply_fill(ids, fill)
         return self.forward_rows_hidden(ids, ctx), ctx

@@ -22,12 +22,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
     """q [T, Hq, D] -> out [T, Hq, D]; keys/values come from the caches [slots, Hkv, D]."""
     if q.is_cuda:
-        from sparkdec.ops.triton_attention import triton_paged_attention
-
-        return triton_paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.row_seq, ctx.row_kv_len,
-                                      ctx.page_size, ctx.max_kv_len, scale, row_kv_len_host=ctx.row_kv_len_host,
-                                      blocks=(ctx.block_lead, ctx.block_rows) if ctx.block_lead is not None else None,
-                                      blocks_host=ctx.blocks_host)
+        return _cuda_attention(q, k_cache, v_cache, ctx, scale)
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -46,4 +41,25 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             probs = torch.softmax(scores, dim=-1).to(v.dtype)
             o = torch.matmul(probs, v)  # [Hkv, n*G, D]
             out[start:stop] = o.reshape(hkv, n, group, d).permute(1, 0, 2, 3).reshape(n, hq, d)
+    return out
+
+
+def _cuda_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
+                    scale: float) -> torch.Tensor:
+    """Generated rows (before ctx.prompt_row) through the split kernel, prompt rows through the prefill kernel:
+    which kernel a row takes depends only on what the row is."""
+    from sparkdec.ops.triton_attention import triton_paged_attention
+    from sparkdec.ops.triton_prefill import triton_prefill_attention
+
+    out = torch.empty_like(q)
+    p = ctx.num_tokens if ctx.prompt_row is None else ctx.prompt_row
+    if p:
+        host = ctx.row_kv_len_host[:p] if ctx.row_kv_len_host is not None else None
+        blocks = (ctx.block_lead, ctx.block_rows) if ctx.block_lead is not None else None
+        triton_paged_attention(q[:p], k_cache, v_cache, ctx.block_tables, ctx.row_seq[:p], ctx.row_kv_len[:p],
+                               ctx.page_size, max(host) if host else ctx.max_kv_len, scale, row_kv_len_host=host,
+                               blocks=blocks, blocks_host=ctx.blocks_host, out=out[:p])
+    if p < ctx.num_tokens:
+        triton_prefill_attention(q, k_cache, v_cache, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ctx.page_size,
+                                 ctx.max_kv_len, scale, (ctx.prompt_lead, ctx.prompt_rows), out)
     return out

@@ -41,19 +41,11 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
     n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
     if (lead >= 0) & (lead < num_rows):
         seq = tl.load(seq_ptr + lead)
-        i = tl.arange(0, ROWS * GROUP_PAD)  # query rows of the tile: (row r, head g of the kv group)
-        d = tl.arange(0, D_PAD)
-        dm = d < D
-        head = kvh * GROUP + i % GROUP_PAD
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
         for pas in range(0, PASSES):
-            r0 = pas * ROWS
-            row = lead + r0 + i // GROUP_PAD
-            live = (r0 + i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP)
-            lens = tl.load(len_ptr + row, mask=live, other=0)
-            max_len = tl.max(lens, 0)  # 0 for a pass past the block's rows: it does nothing
-            q = tl.load(q_ptr + row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                        mask=live[:, None] & dm[None, :], other=0.0)
+            row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
+                                                                  stride_qt, stride_qh, GROUP, GROUP_PAD, ROWS, D,
+                                                                  D_PAD)
             # NOTE: a fixed number of programs per (block, kv head) walk the splits p, p + PROGRAMS, ...: the
             # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
             for j in range(0, ITERS):
@@ -68,36 +60,64 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
 
 
 @triton.jit
+def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROUP: tl.constexpr,
+               GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
+    """Query rows r0 .. r0 + ROWS - 1 of the block at `lead` (n_rows rows) for kv head kvh: tile row i is
+    (row r0 + i // GROUP_PAD, head kvh * GROUP + i % GROUP_PAD). -> rows, heads, live mask, kv lens,
+    their max (0 past the block's rows: nothing to do), the queries [ROWS * GROUP_PAD, D_PAD], d, d mask."""
+    i = tl.arange(0, ROWS * GROUP_PAD)
+    d = tl.arange(0, D_PAD)
+    dm = d < D
+    head = kvh * GROUP + i % GROUP_PAD
+    row = lead + r0 + i // GROUP_PAD
+    live = (r0 + i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP)
+    lens = tl.load(len_ptr + row, mask=live, other=0)
+    q = tl.load(q_ptr + row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                mask=live[:, None] & dm[None, :], other=0.0)
+    return row, head, live, lens, tl.max(lens, 0), q, d, dm
+
+
+@triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
                 stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, d, dm,
                 QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
-    workspace. Each query row masks the keys past its own kv_len; its arithmetic is the same whatever the
-    other rows of the tile are (a fully masked step leaves its state bit-for-bit unchanged)."""
+    workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
     l_i = tl.zeros([QR], tl.float32)
     acc = tl.zeros([QR, D_PAD], tl.float32)
     for i in range(0, SPLIT_N // BLOCK):
-        pos = start + i * BLOCK + tl.arange(0, BLOCK)
-        valid = pos < max_len
-        page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=valid, other=0)
-        slot = page.to(tl.int64) * page_size + pos % page_size
-        kv_mask = valid[:, None] & dm[None, :]
-        k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale  # [QR, BLOCK]
-        s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet stays finite (never read)
-        alpha = tl.exp(m_i - m_use)
-        p = tl.exp(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
-        m_i = m_new
+        m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k_ptr, v_ptr, bt_ptr, scale, stride_ks, stride_kh,
+                                    stride_bt, page_size, kvh, seq, max_len, start + i * BLOCK, d, dm, BLOCK)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=live)
     tl.store(ml_ptr + base * 2 + 1, l_i, mask=live)
+
+
+@triton.jit
+def attend_step(q, lens, m_i, l_i, acc, k_ptr, v_ptr, bt_ptr, scale, stride_ks, stride_kh, stride_bt, page_size, kvh,
+                seq, max_len, pos0, d, dm, BLOCK: tl.constexpr):
+    """Online softmax over keys pos0 .. pos0 + BLOCK - 1 of one sequence for a tile of query rows -> new
+    (max, sum, weighted values). Each query row masks the keys past its own kv_len (lens); its arithmetic is
+    the same whatever the other rows of the tile are (a fully masked step leaves its state bit-for-bit
+    unchanged)."""
+    pos = pos0 + tl.arange(0, BLOCK)
+    valid = pos < max_len
+    page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=valid, other=0)
+    slot = page.to(tl.int64) * page_size + pos % page_size
+    kv_mask = valid[:, None] & dm[None, :]
+    k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
+    s = tl.dot(q, tl.trans(k)).to(tl.float32) * scale  # [QR, BLOCK]
+    s = tl.where(pos[None, :] < lens[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet stays finite (never read)
+    alpha = tl.exp(m_i - m_use)
+    p = tl.exp(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -141,15 +161,16 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            row_seq: torch.Tensor, row_kv_len: torch.Tensor, page_size: int, max_kv_len: int,
                            scale: float, row_kv_len_host: list[int] | None = None,
                            blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
-                           blocks_host: list[tuple[int, int]] | None = None) -> torch.Tensor:
+                           blocks_host: list[tuple[int, int]] | None = None,
+                           out: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
     blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
     row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
     ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
-    depend on each other)."""
+    depend on each other). out: where to write (a fresh tensor if None)."""
     t, hq, d = q.shape
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if out is None else out
     if blocks is None:
         ones = torch.ones(t, dtype=torch.int32, device=q.device)
         blocks = (torch.arange(t, dtype=torch.int32, device=q.device), ones)
