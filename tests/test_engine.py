@@ -119,3 +119,35 @@ def test_bad_paths_and_formats(tmp_path, targets):
     (missing / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": cfg["num_hidden_layers"] + 1}))
     with pytest.raises(CheckpointError, match="missing tensors: \\['model.layers.3"):
         LLM(model=str(missing))
+
+
+def test_prompt_rows_marked_for_the_prefill_kernel(llm, monkeypatch):
+    """SPARKDEC_PREFILL_KERNEL: steps with prompt chunks tell the forward where the prompt rows begin (on CUDA
+    they take the prefill kernel); the outputs are unchanged (CPU: the reference attention either way)."""
+    from sparkdec.engine import context
+
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+
+    def staggered():  # the second request arrives while the first decodes: a step mixes both kinds of rows
+        eng = llm.engine
+        first = eng.add_request(MIXED[2], params)
+        for _ in range(3):
+            eng.step()
+        second = eng.add_request(MIXED[7], params)
+        while eng.has_unfinished():
+            eng.step()
+        return first.output_ids, second.output_ids
+
+    ref = staggered()
+    seen = []
+    build = context.build_context
+
+    def spy(rows, page_size, device, prompt_from=None):
+        ctx = build(rows, page_size, device, prompt_from)
+        seen.append(ctx.prompt_row)
+        return ctx
+
+    monkeypatch.setattr(context, "PREFILL_KERNEL", True)
+    monkeypatch.setattr("sparkdec.engine.runner.build_context", spy)
+    assert staggered() == ref
+    assert 0 in seen and None in seen and any(r is not None and r > 0 for r in seen), seen

@@ -1,10 +1,14 @@
 """ForwardContext: everything a model forward needs to know about a packed, ragged batch of tokens."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
 
+# prompt rows through the prefill attention kernel (ops/triton_prefill.py) and steps with prompt rows eager.
+# Off by default until it has run on a GPU (it is checked in Triton's interpreter); SPARKDEC_PREFILL_KERNEL=1
+PREFILL_KERNEL = os.environ.get("SPARKDEC_PREFILL_KERNEL", "0") == "1"
 BLOCK_ROWS = 16  # consecutive rows of one sequence that attention handles together (shared key/value loads)
 
 

@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_token
@@ -93,7 +94,8 @@ class RoundRunner:
         fill = (fill_rows, drafts_dev.reshape(-1), fill_src) if spec else None
         readback = (drafts_dev, conf_dev) if spec else ()
         # NOTE: the one device->host read of the round: verify argmax, drafts and confidences together
-        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, len(dec) if batch.prefill else None)
+        prompt_from = len(dec) if batch.prefill and context.PREFILL_KERNEL else None  # the first prompt piece
+        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from)
         argmax = host[0]
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
