@@ -23,25 +23,6 @@ VARIANTS = {
 }
 
 
-def tier_replay_ms(engine, seq, rows: int) -> float:
-    """Device ms of one verify graph of `rows` rows at the sequence's end, replayed back to back."""
-    g = engine.runner.graphs
-    s = seq.anchor_position
-    pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
-    tier = g.tier_for(rows, 1)
-    g._fill(pieces, [seq.block_table], tier)
-    graph = g.graphs[tier][0]
-    for _ in range(3):
-        graph.replay()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(20):
-        graph.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / 20
-
-
 def run_variant(models, ctx: int, overrides: dict) -> dict:
     saved = {key: getattr(*key) for key in overrides}
     for (mod, name), value in overrides.items():
@@ -50,7 +31,7 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
         eng = make_engine(models, ctx, spec=False)
         seq = prefill(eng, ctx, 200)
         res = {"decode_ms": decode_ms(eng, seq, 64), "replay1_ms": graph_replay_ms(eng, seq),
-               "replay8_ms": tier_replay_ms(eng, seq, 8)}
+               "replay8_ms": graph_replay_ms(eng, seq, 8)}
         del eng, seq
         gc.collect()
         torch.cuda.empty_cache()

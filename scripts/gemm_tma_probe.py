@@ -16,7 +16,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from scripts.sweep_gemm import graph_time
 from sparkdec.ops import triton_gemm as tg
-from sparkdec.ops.triton_gemm import _epilogue, gdc_launch_dependents, gdc_wait
+from sparkdec.ops.triton_gemm import finish_tile, pdl_release, pdl_wait
 
 SHAPES = {"qkv": (6144, 2560, "plain", (1, 2)), "o": (2560, 4096, "residual", (2, 4, 8)),
           "gate_up": (19456, 2560, "silu", (1,)), "down": (2560, 9728, "residual", (2, 4))}
@@ -36,29 +36,15 @@ def _gemm_tma_kernel(x_desc, w_desc, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, st
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < M
     k_begin = pid_s * K_SLICE
-    gdc_wait()
+    pdl_wait(1)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in tl.range(0, K_SLICE, BLOCK_K, num_stages=STAGES):
         x = x_desc.load([pid_m * BLOCK_M, k_begin + k0])
         w = w_desc.load([pid_n * BLOCK_N, k_begin + k0])
         acc = tl.dot(x, tl.trans(w), acc)
-    gdc_launch_dependents()
-    if SPLIT_K == 1:
-        _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
-    else:
-        tile = pid_n * tl.num_programs(0) + pid_m
-        num_tiles = tl.num_programs(0) * tl.num_programs(1)
-        part = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        tl.store(ws_ptr + (pid_s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, acc)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-            for s in range(0, SPLIT_K):
-                total += tl.load(ws_ptr + (s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, cache_modifier=".cg")
-            tl.atomic_xchg(cnt_ptr + tile, 0)
-            _epilogue(total, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
-                      OUT_N)
+    pdl_release(1)
+    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
 
 
 def gemm_tma(x, w, cfg, silu=False, residual=None, out=None):

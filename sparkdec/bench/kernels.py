@@ -89,13 +89,15 @@ def verify_times(engine: Engine, seq) -> dict:
     return out
 
 
-def graph_replay_ms(engine: Engine, seq) -> float | None:
-    """Device time of one decode forward (the smallest verify graph, replayed back to back), no host work."""
+def graph_replay_ms(engine: Engine, seq, rows: int = 1) -> float | None:
+    """Device time of one forward of `rows` rows at the sequence's end (1: decode), its verify graph replayed
+    back to back, no host work."""
     g = engine.runner.graphs
     if g is None:
         return None
-    pieces = [(seq.block_table, [seq.anchor], [seq.anchor_position])]
-    tier = g.tier_for(1, 1)
+    s = seq.anchor_position
+    pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
+    tier = g.tier_for(rows, 1)
     g._fill(pieces, [seq.block_table], tier)
     graph = g.graphs[tier][0]
     for _ in range(3):

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
+from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
@@ -32,14 +32,9 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr,
                   ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
-    lead = tl.load(lead_ptr + tl.program_id(0))  # first row of this program's row block (-1: no block)
-    # NOTE: clipped to the call's rows: a graph of a small tier reads a prefix of blocks staged for a larger one
-    n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
-    if (lead >= 0) & (lead < num_rows):
+    pdl_wait(PDL)
+    lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)
+    if has_block:
         seq = tl.load(seq_ptr + lead)
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
         for pas in range(0, PASSES):
@@ -55,8 +50,16 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, d, dm, ROWS * GROUP_PAD, D, D_PAD, SPLIT_N, BLOCK)
-    if PDL == 1:
-        gdc_launch_dependents()
+    pdl_release(PDL)
+
+
+@triton.jit
+def row_block(lead_ptr, nrow_ptr, num_rows):
+    """This program's row block: (first row, rows, whether there is one). Blocks are clipped to the call's
+    num_rows: a graph of a small tier reads a prefix of the blocks staged for a larger one (lead -1: none)."""
+    lead = tl.load(lead_ptr + tl.program_id(0))
+    n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
+    return lead, n_rows, (lead >= 0) & (lead < num_rows)
 
 
 @triton.jit
@@ -126,10 +129,7 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
                     D_PAD: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
+    pdl_wait(PDL)
     used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)

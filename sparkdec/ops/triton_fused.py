@@ -9,17 +9,14 @@ import torch
 import triton
 import triton.language as tl
 
-from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
+from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
                      HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
+    pdl_wait(PDL)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
@@ -51,10 +48,7 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
                            NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0)
     h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
+    pdl_wait(PDL)
     offs = tl.arange(0, HALF)
     is_q = h < NUM_Q
     kvh = h - NUM_Q

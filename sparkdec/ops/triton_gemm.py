@@ -36,6 +36,24 @@ if not INTERPRET:
 else:  # the interpreter has no grid dependency control; PDL is off there
     gdc_launch_dependents = gdc_wait = None
 
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """Before reading anything the previous kernel wrote: wait for it (PDL on); mode 2 then lets the next
+    kernel launch (one kernel of lookahead)."""
+    if PDL:
+        gdc_wait()
+        if PDL == 2:
+            gdc_launch_dependents()
+
+
+@triton.jit
+def pdl_release(PDL: tl.constexpr):
+    """Mode 1: after this kernel's main work, let the next kernel launch."""
+    if PDL == 1:
+        gdc_launch_dependents()
+
+
 # (weight rows, K) -> (BLOCK_N weight rows per tile, BLOCK_K, SPLIT_K, num_warps, num_stages), chosen on the
 # H200 (scripts/sweep_gemm.py). Never a function of M: SPLIT_K and BLOCK_K fix each row's reduction order.
 # The shipped table is sparkdec/ops/gemm_configs.json; SPARKDEC_GEMM_CONFIGS=path replaces it (a sweep's output).
@@ -144,10 +162,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     k_begin = pid_s * K_SLICE
     # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
+    pdl_wait(PDL)
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
     for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
@@ -155,13 +170,21 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         kmask = kk < K
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
-    if PDL == 1:
-        gdc_launch_dependents()
+    pdl_release(PDL)
+    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
+
+
+@triton.jit
+def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                OUT_N: tl.constexpr, SPLIT_K: tl.constexpr):
+    """The epilogue of one tile; with SPLIT_K, every slice stores its fp32 partial product and the tile's last
+    program to arrive sums them in slice order (0, 1, ...), so the result does not depend on which program
+    finished first."""
     if SPLIT_K == 1:
         _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
     else:
-        # every slice stores its fp32 partial product; the tile's last program to arrive
-        # sums them in slice order (0, 1, ...), so the result does not depend on which program finished first
         tile = pid_n * tl.num_programs(0) + pid_m
         num_tiles = tl.num_programs(0) * tl.num_programs(1)
         m_idx = tl.arange(0, BLOCK_M)

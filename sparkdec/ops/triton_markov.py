@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
+from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 BLOCK_B = 16  # sequences per program (rows of the dot)
 BLOCK_V = 64  # vocabulary entries per program
@@ -28,18 +28,14 @@ def _step_kernel(prev_ptr, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr, pidx_ptr, B, 
     rmask = rows < B
     cmask = cols < V
     w2 = tl.load(w2_ptr + cols[:, None] * R + rs[None, :], mask=cmask[:, None], other=0.0)  # [BLOCK_V, R]
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
+    pdl_wait(PDL)
     prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
     e = tl.load(w1_ptr + prev[:, None] * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
     if IEEE:
         acc = tl.dot(e, tl.trans(w2), input_precision="ieee")
     else:
         acc = tl.dot(e, tl.trans(w2))
-    if PDL == 1:
-        gdc_launch_dependents()
+    pdl_release(PDL)
     # NOTE: rounded like the reference: linear(e, W2) in the weights' dtype, then float32
     bias = acc.to(w2_ptr.dtype.element_ty).to(tl.float32)
     mask = rmask[:, None] & cmask[None, :]
@@ -55,10 +51,7 @@ def _step_kernel(prev_ptr, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr, pidx_ptr, B, 
 def _argmax_kernel(pmax_ptr, pidx_ptr, prev_ptr, drafts_ptr, stride_d, n_tiles, CHUNK: tl.constexpr,
                    CHUNKS: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:  # one kernel of lookahead: the next may start its weight loads now
-            gdc_launch_dependents()
+    pdl_wait(PDL)
     offs = tl.arange(0, CHUNK)
     best = tl.full([], float("-inf"), tl.float32)
     best_idx = tl.full([], 0, tl.int32)

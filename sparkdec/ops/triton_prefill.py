@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops.triton_attention import BLOCK_N, QUERY_TILE, attend_step, query_tile
-from sparkdec.ops.triton_gemm import gdc_launch_dependents, gdc_wait, pdl_args
+from sparkdec.ops.triton_attention import BLOCK_N, QUERY_TILE, attend_step, query_tile, row_block
+from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 
 @triton.jit
@@ -25,13 +25,9 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nro
                     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
                     PDL: tl.constexpr):
     kvh = tl.program_id(1)
-    if PDL:
-        gdc_wait()
-        if PDL == 2:
-            gdc_launch_dependents()
-    lead = tl.load(lead_ptr + tl.program_id(0))
-    n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
-    if (lead >= 0) & (lead < num_rows):
+    pdl_wait(PDL)
+    lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)
+    if has_block:
         seq = tl.load(seq_ptr + lead)
         for pas in range(0, PASSES):
             row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
@@ -49,8 +45,7 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nro
             out = acc / tl.where(live, l_i, 1.0)[:, None]
             tl.store(out_ptr + row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
                      out.to(out_ptr.dtype.element_ty), mask=live[:, None] & dm[None, :])
-    if PDL == 1:
-        gdc_launch_dependents()
+    pdl_release(PDL)
 
 
 def triton_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
