@@ -14,12 +14,14 @@ import torch
 
 from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import triton_gemm
+from sparkdec.ops import triton_attention, triton_gemm
 
 VARIANTS = {
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
     "pdl_early": {(triton_gemm, "PDL_MODE"): 2},
     "pdl_off": {(triton_gemm, "PDL_MODE"): 0},
+    "kv_prefetch": {(triton_attention, "PREFETCH_KV"): True},
+    "no_kv_prefetch": {(triton_attention, "PREFETCH_KV"): False},
 }
 
 

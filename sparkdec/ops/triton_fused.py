@@ -16,9 +16,10 @@ from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
                      HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
-    pdl_wait(PDL)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0)  # a weight: read while the previous kernel drains
+    pdl_wait(PDL)
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
     if HAS_RES:
         # NOTE: the sum is rounded to the activation dtype first, as the reference `h = h + delta` does
@@ -28,7 +29,6 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride
     xf = x.to(tl.float32)
     inv = tl.rsqrt(tl.sum(xf * xf, 0) / n + eps)
     y = (xf * inv).to(x_ptr.dtype.element_ty)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0)
     tl.store(out_ptr + row * stride_o + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -48,24 +48,29 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
                            NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0)
     h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
-    pdl_wait(PDL)
     offs = tl.arange(0, HALF)
     is_q = h < NUM_Q
     kvh = h - NUM_Q
-    col = tl.where(is_q, h * 2 * HALF, q_cols + kvh * 2 * HALF)
-    base = qkv_ptr + t * stride_t + col
-    a = tl.load(base + offs).to(tl.float32)
-    b = tl.load(base + HALF + offs).to(tl.float32)
-    inv = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF) + eps)
     dt = qkv_ptr.dtype.element_ty
+    # NOTE: norm weights, rotary tables and the staged positions and slots are never written by the previous
+    # kernel: read them while it drains
     w_ptr = tl.where(is_q, qw_ptr, kw_ptr)
-    a = (tl.load(w_ptr + offs) * (a * inv).to(dt)).to(dt).to(tl.float32)
-    b = (tl.load(w_ptr + HALF + offs) * (b * inv).to(dt)).to(dt).to(tl.float32)
+    w1 = tl.load(w_ptr + offs)
+    w2 = tl.load(w_ptr + HALF + offs)
     pos = tl.load(pos_ptr + t)
     c1 = tl.load(cos_ptr + pos * stride_cos + offs).to(dt).to(tl.float32)
     c2 = tl.load(cos_ptr + pos * stride_cos + HALF + offs).to(dt).to(tl.float32)
     s1 = tl.load(sin_ptr + pos * stride_cos + offs).to(dt).to(tl.float32)
     s2 = tl.load(sin_ptr + pos * stride_cos + HALF + offs).to(dt).to(tl.float32)
+    slot = tl.load(slot_ptr + t)
+    pdl_wait(PDL)
+    col = tl.where(is_q, h * 2 * HALF, q_cols + kvh * 2 * HALF)
+    base = qkv_ptr + t * stride_t + col
+    a = tl.load(base + offs).to(tl.float32)
+    b = tl.load(base + HALF + offs).to(tl.float32)
+    inv = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF) + eps)
+    a = (w1 * (a * inv).to(dt)).to(dt).to(tl.float32)
+    b = (w2 * (b * inv).to(dt)).to(dt).to(tl.float32)
     lo = (a * c1 - b * s1).to(dt)
     hi = (b * c2 + a * s2).to(dt)
     if is_q:
@@ -73,7 +78,6 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
         tl.store(out + offs, lo)
         tl.store(out + HALF + offs, hi)
     else:
-        slot = tl.load(slot_ptr + t)
         out = k_ptr + slot * stride_cs + kvh * stride_ch
         tl.store(out + offs, lo)
         tl.store(out + HALF + offs, hi)

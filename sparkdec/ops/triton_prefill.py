@@ -25,10 +25,10 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nro
                     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
                     PDL: tl.constexpr):
     kvh = tl.program_id(1)
+    lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)  # staged before the forward
+    seq = tl.load(seq_ptr + tl.maximum(lead, 0))
     pdl_wait(PDL)
-    lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)
     if has_block:
-        seq = tl.load(seq_ptr + lead)
         for pas in range(0, PASSES):
             row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
                                                                   stride_qt, stride_qh, GROUP, GROUP_PAD, ROWS, D,
