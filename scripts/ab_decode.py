@@ -1,5 +1,5 @@
 """Device A/B of decode-path kernel variants in one process: each variant patches module settings, builds a fresh
-engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times graph replays. (The L2-prefetch
+engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times graph replays and the propose. (The L2-prefetch
 and attention-split variants it first ran are in benchmarks/results/l2_prefetch_ab_h200_2026-11-29.json.)
 
 usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all)
@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill
+from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_time
 from sparkdec.bench.shapes import param_bytes, random_models
 from sparkdec.ops import triton_attention, triton_gemm
 
@@ -20,8 +20,9 @@ VARIANTS = {
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
     "pdl_early": {(triton_gemm, "PDL_MODE"): 2},
     "pdl_off": {(triton_gemm, "PDL_MODE"): 0},
-    "kv_prefetch": {(triton_attention, "PREFETCH_KV"): True},
-    "no_kv_prefetch": {(triton_attention, "PREFETCH_KV"): False},
+    "split_w4_b64": {(triton_attention, "SPLIT_WARPS"): 4, (triton_attention, "SPLIT_BLOCK_N"): 64},
+    "split_w8_b64": {(triton_attention, "SPLIT_WARPS"): 8, (triton_attention, "SPLIT_BLOCK_N"): 64},
+    "split_w8_b128": {(triton_attention, "SPLIT_WARPS"): 8, (triton_attention, "SPLIT_BLOCK_N"): 128},
 }
 
 
@@ -30,13 +31,18 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
     for (mod, name), value in overrides.items():
         setattr(mod, name, value)
     try:
-        eng = make_engine(models, ctx, spec=False)
-        seq = prefill(eng, ctx, 200)
-        res = {"decode_ms": decode_ms(eng, seq, 64), "replay1_ms": graph_replay_ms(eng, seq),
-               "replay8_ms": graph_replay_ms(eng, seq, 8)}
-        del eng, seq
-        gc.collect()
-        torch.cuda.empty_cache()
+        res = {}
+        for spec in (False, True):
+            eng = make_engine(models, ctx, spec=spec)
+            seq = prefill(eng, ctx, 200)
+            if spec:  # the propose graph (greedy drafts)
+                res["propose_ms"] = propose_time(eng, seq)
+            else:
+                res.update(decode_ms=decode_ms(eng, seq, 64), replay1_ms=graph_replay_ms(eng, seq),
+                           replay8_ms=graph_replay_ms(eng, seq, 8))
+            del eng, seq
+            gc.collect()
+            torch.cuda.empty_cache()
         return res
     finally:
         for (mod, name), value in saved.items():
@@ -56,7 +62,7 @@ def main() -> None:
             r = run_variant(models, ctx, VARIANTS[name])
             results["runs"][f"{name}@{ctx}"] = r
             print(f"{name:>18} ctx {ctx}: decode {r['decode_ms']:.3f} ms, replay1 {r['replay1_ms']:.3f}, "
-                  f"replay8 {r['replay8_ms']:.3f}", flush=True)
+                  f"replay8 {r['replay8_ms']:.3f}, propose {r['propose_ms']:.3f}", flush=True)
             with open(out, "w") as f:
                 json.dump(results, f, indent=1)
 

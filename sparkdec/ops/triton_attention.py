@@ -7,8 +7,6 @@ only on its kv_len, so results are batch-invariant. All inputs are tensors: the 
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -19,10 +17,9 @@ from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
+SPLIT_BLOCK_N = BLOCK_N  # the split kernel's step (part of the reduction order: decode and verify rows share it)
+SPLIT_WARPS = 4  # the split kernel's warps (sets the tile's register layout, so also part of the reduction order)
 PROGRAMS = 32  # programs per (row block, kv head); each takes every PROGRAMS-th split
-# L2 prefetch of each split kernel program's keys and values while the previous kernel drains (no effect on bits;
-# off in Triton's interpreter, which has no inline assembly)
-PREFETCH_KV = os.environ.get("TRITON_INTERPRET") != "1"
 # query rows (row x head of the kv group) per tile, the same for every call. NOTE: not smaller for a lone decode
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
@@ -35,16 +32,12 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr,
-                  ITERS: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr):
+                  ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
-    # NOTE: the row blocks, kv lens and page tables are staged before the forward (never written by the previous
-    # kernel): read them, and ask L2 for this program's keys and values, while the previous kernel drains
+    # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
+    # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json)
     lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)
     seq = tl.load(seq_ptr + tl.maximum(lead, 0))
-    if PREFETCH:
-        if has_block:
-            prefetch_splits(k_ptr, v_ptr, bt_ptr, len_ptr, lead, n_rows, seq, kvh, stride_ks, stride_kh, stride_bt,
-                            page_size, D, SPLIT_N, PROGRAMS, ITERS, ROWS * PASSES)
     pdl_wait(PDL)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
@@ -62,35 +55,6 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, d, dm, ROWS * GROUP_PAD, D, D_PAD, SPLIT_N, BLOCK)
     pdl_release(PDL)
-
-
-@triton.jit
-def prefetch_l2(ptrs):
-    """Ask L2 for the cache lines at ptrs (no registers, no wait). L2 is the GPU's point of coherence, so a line
-    fetched before another kernel writes it is never read stale."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def prefetch_splits(k_ptr, v_ptr, bt_ptr, len_ptr, lead, n_rows, seq, kvh, stride_ks, stride_kh, stride_bt, page_size,
-                    D: tl.constexpr, SPLIT_N: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr,
-                    MAX_ROWS: tl.constexpr):
-    """L2 prefetch of the key and value lines of the splits this program will read for the block at `lead`
-    (every 128-byte line of each key's head row). MAX_ROWS: a power-of-two bound on a block's rows."""
-    r = tl.arange(0, MAX_ROWS)
-    max_len = tl.max(tl.load(len_ptr + lead + r, mask=r < n_rows, other=0), 0)
-    LINES: tl.constexpr = (D * 2 + 127) // 128  # 128-byte lines per key row (bf16)
-    line = tl.arange(0, LINES) * 64
-    for j in range(0, ITERS):
-        start = (tl.program_id(2) + j * PROGRAMS) * SPLIT_N
-        if start < max_len:
-            pos = start + tl.arange(0, SPLIT_N)
-            page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=pos < max_len, other=0)
-            slot = page.to(tl.int64) * page_size + pos % page_size
-            off = slot[:, None] * stride_ks + kvh * stride_kh + line[None, :]  # [SPLIT_N, LINES]
-            prefetch_l2(k_ptr + off)
-            prefetch_l2(v_ptr + off)
 
 
 @triton.jit
@@ -259,8 +223,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
-        D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, PREFETCH=PREFETCH_KV, num_warps=4, **pdl_args())
+        D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
+        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS, **pdl_args())
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
                              D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())
