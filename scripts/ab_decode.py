@@ -14,7 +14,7 @@ import torch
 
 from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_time
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import triton_attention, triton_gemm
+from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
@@ -23,6 +23,13 @@ VARIANTS = {
     "split_w4_b64": {(triton_attention, "SPLIT_WARPS"): 4, (triton_attention, "SPLIT_BLOCK_N"): 64},
     "split_w8_b64": {(triton_attention, "SPLIT_WARPS"): 8, (triton_attention, "SPLIT_BLOCK_N"): 64},
     "split_w8_b128": {(triton_attention, "SPLIT_WARPS"): 8, (triton_attention, "SPLIT_BLOCK_N"): 128},
+    "programs32": {(triton_attention, "PROGRAMS"): 32},
+    "programs64": {(triton_attention, "PROGRAMS"): 64},
+    "programs128": {(triton_attention, "PROGRAMS"): 128},
+    "markov_v64_w4": {(triton_markov, "BLOCK_V"): 64, (triton_markov, "STEP_WARPS"): 4},
+    "markov_v128_w4": {(triton_markov, "BLOCK_V"): 128, (triton_markov, "STEP_WARPS"): 4},
+    "markov_v128_w8": {(triton_markov, "BLOCK_V"): 128, (triton_markov, "STEP_WARPS"): 8},
+    "markov_v256_w8": {(triton_markov, "BLOCK_V"): 256, (triton_markov, "STEP_WARPS"): 8},
 }
 
 

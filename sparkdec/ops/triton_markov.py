@@ -14,7 +14,8 @@ import triton.language as tl
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 BLOCK_B = 16  # sequences per program (rows of the dot)
-BLOCK_V = 64  # vocabulary entries per program
+BLOCK_V = 64  # vocabulary entries per program (drafts only: no effect on what the target emits)
+STEP_WARPS = 4
 
 
 @triton.jit
@@ -78,7 +79,8 @@ def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch
     pidx = torch.empty(b, n_tiles, dtype=torch.int32, device=u.device)
     _step_kernel[(n_tiles, triton.cdiv(b, BLOCK_B))](prev, w1, w2, u, z_out, pmax, pidx, b, v, u.stride(0),
                                                      z_out.stride(0), n_tiles, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V,
-                                                     IEEE=w2.dtype == torch.float32, **pdl_args())
+                                                     IEEE=w2.dtype == torch.float32, num_warps=STEP_WARPS,
+                                                     **pdl_args())
     chunk = 1024
     _argmax_kernel[(b,)](pmax, pidx, prev, drafts_col, drafts_col.stride(0), n_tiles, CHUNK=chunk,
                          CHUNKS=triton.cdiv(n_tiles, chunk), **pdl_args())
