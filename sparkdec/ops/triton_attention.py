@@ -19,7 +19,10 @@ CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 SPLIT_BLOCK_N = BLOCK_N  # the split kernel's step (part of the reduction order: decode and verify rows share it)
 SPLIT_WARPS = 4  # the split kernel's warps (sets the tile's register layout, so also part of the reduction order)
-PROGRAMS = 32  # programs per (row block, kv head); each takes every PROGRAMS-th split
+# programs per (row block, kv head); each takes every PROGRAMS-th split (no effect on bits). A lone decode row gets
+# more (H200, 8k context: replay 3.95 -> 3.84 ms); for verify blocks 64 was slower (4.20 -> 4.29 ms at 8 rows)
+PROGRAMS = 32
+PROGRAMS_ONE_ROW = 64
 # query rows (row x head of the kv group) per tile, the same for every call. NOTE: not smaller for a lone decode
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
@@ -216,7 +219,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     # NOTE: loop bounds are compile-time constants, rounded up to powers of two so that a growing context
     # compiles a handful of variants, not one per split count (extra iterations find no keys and skip)
     splits_pow2 = triton.next_power_of_2(splits)
-    programs = min(splits_pow2, PROGRAMS)
+    programs = min(splits_pow2, PROGRAMS_ONE_ROW if t == 1 else PROGRAMS)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
     _split_kernel[(lead.shape[0], hkv, programs)](
