@@ -1,4 +1,5 @@
-"""Device run on the shipped tiny pair: bf16 speculative vs plain greedy (bit-identical?), tokens/s, AL."""
+"""Device run on the shipped tiny pair: bf16 speculative vs plain, greedy and seeded sampled (identical tokens?),
+tokens/s, AL."""
 from __future__ import annotations
 
 import json
@@ -22,27 +23,36 @@ def timed(llm, prompt, params):
     return out, time.perf_counter() - t
 
 
+def compare(plain, spec, params_for) -> dict:
+    """Per prompt: plain vs speculative tokens/s and differing tokens at batch 1, then all prompts as one batch."""
+    rows, diff, tot = [], 0, 0
+    for i, p in enumerate(PROMPTS):
+        a, ta = timed(plain, p, params_for(i))
+        b, tb = timed(spec, p, params_for(i))
+        d = sum(x != y for x, y in zip(a.token_ids, b.token_ids)) + abs(len(a.token_ids) - len(b.token_ids))
+        diff, tot = diff + d, tot + len(a.token_ids)
+        rows.append({"prompt": p[:30], "plain_tok_s": len(a.token_ids) / ta, "spec_tok_s": len(b.token_ids) / tb,
+                     "speedup": ta / tb, "al": b.stats["mean_acceptance_length"], "differing_tokens": d})
+        print(rows[-1], flush=True)
+    batch = [params_for(i) for i in range(len(PROMPTS))]
+    batch_a, batch_b = plain.generate(PROMPTS, batch), spec.generate(PROMPTS, batch)
+    bdiff = sum(x != y for a, b in zip(batch_a, batch_b) for x, y in zip(a.token_ids, b.token_ids))
+    return {"prompts": rows, "differing_tokens_batch1": diff, "tokens_compared": tot,
+            "differing_tokens_batch6": bdiff, "mean_speedup": sum(r["speedup"] for r in rows) / len(rows),
+            "mean_al": sum(r["al"] for r in rows) / len(rows)}
+
+
 def main(out_path: str) -> None:
-    params = SamplingParams(max_tokens=256, ignore_eos=True)
     plain = LLM(speculative=False, device="cuda", dtype="bfloat16", max_num_seqs=8)
     spec = LLM(device="cuda", dtype="bfloat16", max_num_seqs=8)
     for llm in (plain, spec):
         llm.generate([PROMPTS[0]], SamplingParams(max_tokens=16, ignore_eos=True))  # warm-up
-    rows, diff, tot = [], 0, 0
-    for p in PROMPTS:
-        a, ta = timed(plain, p, params)
-        b, tb = timed(spec, p, params)
-        d = sum(x != y for x, y in zip(a.token_ids, b.token_ids))
-        diff, tot = diff + d, tot + len(a.token_ids)
-        rows.append({"prompt": p[:30], "plain_tok_s": 256 / ta, "spec_tok_s": 256 / tb, "speedup": ta / tb,
-                     "al": b.stats["mean_acceptance_length"], "differing_tokens": d})
-        print(rows[-1], flush=True)
-    batch_a = plain.generate(PROMPTS, params)
-    batch_b = spec.generate(PROMPTS, params)
-    bdiff = sum(x != y for a, b in zip(batch_a, batch_b) for x, y in zip(a.token_ids, b.token_ids))
-    res = {"device": torch.cuda.get_device_name(), "dtype": "bfloat16", "prompts": rows,
-           "differing_tokens_batch1": diff, "tokens_compared": tot, "differing_tokens_batch6": bdiff,
-           "mean_speedup": sum(r["speedup"] for r in rows) / len(rows), "mean_al": sum(r["al"] for r in rows) / len(rows)}
+    res = {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"}
+    res.update(compare(plain, spec, lambda i: SamplingParams(max_tokens=256, ignore_eos=True)))
+    # exact sampled match (the default accept mode): seeded sampled speculative output equals seeded plain output
+    res["sampled"] = {"params": "temperature 0.8, top_p 0.95, seed 100 + prompt index", **compare(
+        plain, spec, lambda i: SamplingParams(max_tokens=256, ignore_eos=True, temperature=0.8, top_p=0.95,
+                                              seed=100 + i))}
     print(json.dumps(res))
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)

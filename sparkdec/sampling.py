@@ -88,7 +88,14 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
     """n float64 uniforms in (0, 1), a pure function of (seed, position, stream): element i is splitmix64 of
     key + (i + 1) * golden, computed with wrapping int64 arithmetic on the device itself (no host generator,
     no host->device copy; identical bits on CPU and CUDA)."""
-    x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN + _mix(seed, position, stream)
+    return uniform_noise_rows(seed, [position], stream, n, device)[0]
+
+
+def uniform_noise_rows(seed: int, positions: list[int], stream: int, n: int, device) -> torch.Tensor:
+    """[len(positions), n]: row r is uniform_noise(seed, positions[r], stream, n) bit for bit (elementwise
+    integer arithmetic: a row's values never depend on the other rows)."""
+    keys = torch.tensor([_mix(seed, p, stream) for p in positions], dtype=torch.int64).to(device, non_blocking=True)
+    x = torch.arange(1, n + 1, dtype=torch.int64, device=device)[None, :] * _GOLDEN + keys[:, None]  # [R, n]
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     x = x ^ _shr(x, 31)
@@ -97,19 +104,16 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [V] float32 -> the distribution plain sampling draws from (temperature, top-k, top-p)."""
-    x = logits.float() / params.temperature
-    if params.top_k and params.top_k < x.shape[-1]:
-        kth = torch.topk(x, params.top_k).values[-1]
-        x = x.masked_fill(x < kth, float("-inf"))
+    return torch.softmax(masked_logits(logits[None], params)[0], dim=-1)
+
+
+def _top_p_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
+    """x [V] (scaled, top-k masked logits) -> bool [V]: the tokens outside the smallest set, in descending
+    probability (ties to the smaller id), whose mass reaches top_p."""
     probs = torch.softmax(x, dim=-1)
-    if params.top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, descending=True, stable=True)
-        cum = torch.cumsum(sorted_p, dim=-1)
-        drop = (cum - sorted_p) >= params.top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
-        probs = probs / probs.sum()
-    return probs
+    sorted_p, idx = torch.sort(probs, descending=True, stable=True)
+    drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
+    return torch.zeros_like(drop).scatter_(-1, idx, drop)
 
 
 def sample_from(probs: torch.Tensor, seed: int, position: int, stream: int = STREAM_TARGET) -> int:
@@ -118,8 +122,40 @@ def sample_from(probs: torch.Tensor, seed: int, position: int, stream: int = STR
     return int(torch.argmax(probs.double() / e))
 
 
-def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, position: int) -> int:
-    """The token plain decoding emits at `position` given the logits of the row before it."""
+def masked_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [R, V] -> float32 logits / temperature with the tokens top-k and top-p drop set to -inf: plain
+    sampling draws from softmax of each row (processed_probs' distribution). Top-k is an exact selection;
+    top-p sorts and sums one row at a time, so a row's mask never depends on the other rows."""
+    x = logits.float() / params.temperature
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if params.top_p < 1.0:
+        x = torch.stack([row.masked_fill(_top_p_drop(row, params.top_p), float("-inf")) for row in x])
+    return x
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, seed: int, positions: list[int]) -> torch.Tensor:
+    """The tokens plain decoding emits at `positions` given the logits [R, V] of the rows before them, as a
+    device tensor [R] (no host read). Sampled: the exponential race argmax_i p_i / E_i of sample_from, run in
+    log space (argmax_i x_i - log E_i over the masked logits x: softmax's normaliser cancels), so every step is
+    elementwise or an exact selection and R rows cost one batch of kernels with the bits of R single rows."""
     if params.greedy:
-        return int(torch.argmax(logits))  # first maximum: ties go to the smaller id
-    return sample_from(processed_probs(logits, params), seed, position)
+        return logits.argmax(-1)  # first maximum: ties go to the smaller id
+    x = masked_logits(logits, params)
+    return torch.argmax(x.double() + race_noise(seed, positions, x.shape[-1], x.device), dim=-1)
+
+
+def race_noise(seed: int, positions: list[int], n: int, device) -> torch.Tensor:
+    """[R, n] float64: -log E with E ~ Exp(1) (a Gumbel variable), row r keyed on (seed, positions[r])."""
+    u = uniform_noise_rows(seed, positions, STREAM_TARGET, n, device)
+    if u.is_cuda:
+        return -torch.log(-torch.log(u))
+    # NOTE: CPU math kernels run most elements through a vectorised log and a chunk's tail through a scalar
+    # one, which may differ in the last bit: one row at a time keeps each row's bits those of a lone row
+    return torch.stack([-torch.log(-torch.log(row)) for row in u])
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, position: int) -> int:
+    """The token plain decoding emits at `position` given the logits [V] of the row before it."""
+    return int(sample_tokens(logits[None], params, seed, [position])[0])

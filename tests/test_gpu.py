@@ -34,6 +34,20 @@ def test_bf16_speculative_greedy_is_bit_identical(target, tmp_path):
     assert sum(o.stats["mean_acceptance_length"] for o in outs) / len(outs) >= 2.0
 
 
+def test_bf16_speculative_sampled_equals_plain_sampled(target, tmp_path):
+    """Exact sampled match: with a seed, speculative output is token for token the plain sampled output (the
+    target's tokens for all verify rows are drawn in one batch, sampling.sample_tokens)."""
+    params = [SamplingParams(max_tokens=128, ignore_eos=True, temperature=0.8, top_p=0.95, top_k=100, seed=5 + i)
+              for i in range(len(PROMPTS))]
+    plain = LLM(model=str(target), device="cuda", dtype="bfloat16")
+    ref = [plain.generate([p], q)[0] for p, q in zip(PROMPTS, params)]
+    draft = make_bigram_draft(tmp_path / "d", target, [p + o.token_ids for p, o in zip(PROMPTS, ref)])
+    spec = LLM(model=str(target), draft=str(draft), device="cuda", dtype="bfloat16")
+    outs = [spec.generate([p], q)[0] for p, q in zip(PROMPTS, params)]
+    assert [o.token_ids for o in outs] == [r.token_ids for r in ref]
+    assert sum(o.stats["mean_acceptance_length"] for o in outs) / len(outs) > 1.0  # some drafts were accepted
+
+
 def test_fused_kernels_match_reference_ops_in_bf16():
     from sparkdec.ops import triton_fused as tf
     from sparkdec.ops.norms import rms_norm
