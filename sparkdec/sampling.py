@@ -88,14 +88,19 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
     """n float64 uniforms in (0, 1), a pure function of (seed, position, stream): element i is splitmix64 of
     key + (i + 1) * golden, computed with wrapping int64 arithmetic on the device itself (no host generator,
     no host->device copy; identical bits on CPU and CUDA)."""
-    return uniform_noise_rows(seed, [position], stream, n, device)[0]
+    return uniform_noise_rows(seed, position, 1, stream, n, device)[0]
 
 
-def uniform_noise_rows(seed: int, positions: list[int], stream: int, n: int, device) -> torch.Tensor:
-    """[len(positions), n]: row r is uniform_noise(seed, positions[r], stream, n) bit for bit (elementwise
-    integer arithmetic: a row's values never depend on the other rows)."""
-    keys = torch.tensor([_mix(seed, p, stream) for p in positions], dtype=torch.int64).to(device, non_blocking=True)
-    x = torch.arange(1, n + 1, dtype=torch.int64, device=device)[None, :] * _GOLDEN + keys[:, None]  # [R, n]
+def uniform_noise_rows(seed: int, first_position: int, rows: int, stream: int, n: int, device) -> torch.Tensor:
+    """[rows, n]: row r is uniform_noise(seed, first_position + r, stream, n) bit for bit (elementwise integer
+    arithmetic: a row's values never depend on the other rows). The per-row keys (_mix) are computed on the
+    device too: no host->device copy, which would make the host wait for the device."""
+    base = _signed((seed * 0x9E3779B97F4A7C15 + stream * 0x94D049BB133111EB) & (2**64 - 1))
+    k = torch.arange(first_position, first_position + rows, dtype=torch.int64, device=device) * _M1 + base
+    k = (k ^ _shr(k, 30)) * _M1
+    k = (k ^ _shr(k, 27)) * _M2
+    k = (k ^ _shr(k, 31)) & (2**63 - 1)  # [rows] = _mix(seed, position, stream)
+    x = torch.arange(1, n + 1, dtype=torch.int64, device=device)[None, :] * _GOLDEN + k[:, None]  # [rows, n]
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     x = x ^ _shr(x, 31)
@@ -135,20 +140,21 @@ def masked_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return x
 
 
-def sample_tokens(logits: torch.Tensor, params: SamplingParams, seed: int, positions: list[int]) -> torch.Tensor:
-    """The tokens plain decoding emits at `positions` given the logits [R, V] of the rows before them, as a
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
+    """The tokens plain decoding emits at positions first_position .. + R - 1 given the logits [R, V] of the rows
+    before them, as a
     device tensor [R] (no host read). Sampled: the exponential race argmax_i p_i / E_i of sample_from, run in
     log space (argmax_i x_i - log E_i over the masked logits x: softmax's normaliser cancels), so every step is
     elementwise or an exact selection and R rows cost one batch of kernels with the bits of R single rows."""
     if params.greedy:
         return logits.argmax(-1)  # first maximum: ties go to the smaller id
     x = masked_logits(logits, params)
-    return torch.argmax(x.double() + race_noise(seed, positions, x.shape[-1], x.device), dim=-1)
+    return torch.argmax(x.double() + race_noise(seed, first_position, x.shape[0], x.shape[-1], x.device), dim=-1)
 
 
-def race_noise(seed: int, positions: list[int], n: int, device) -> torch.Tensor:
-    """[R, n] float64: -log E with E ~ Exp(1) (a Gumbel variable), row r keyed on (seed, positions[r])."""
-    u = uniform_noise_rows(seed, positions, STREAM_TARGET, n, device)
+def race_noise(seed: int, first_position: int, rows: int, n: int, device) -> torch.Tensor:
+    """[rows, n] float64: -log E with E ~ Exp(1) (a Gumbel variable), row r keyed on (seed, first_position + r)."""
+    u = uniform_noise_rows(seed, first_position, rows, STREAM_TARGET, n, device)
     if u.is_cuda:
         return -torch.log(-torch.log(u))
     # NOTE: CPU math kernels run most elements through a vectorised log and a chunk's tail through a scalar
@@ -158,4 +164,4 @@ def race_noise(seed: int, positions: list[int], n: int, device) -> torch.Tensor:
 
 def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, position: int) -> int:
     """The token plain decoding emits at `position` given the logits [V] of the row before it."""
-    return int(sample_tokens(logits[None], params, seed, [position])[0])
+    return int(sample_tokens(logits[None], params, seed, position)[0])

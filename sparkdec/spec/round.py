@@ -68,12 +68,11 @@ class RoundRunner:
         for seq, r0, n, _ in spans:
             if self._exact_sampled(seq, n):
                 s = seq.anchor_position
-                parts.append(sample_tokens(_as_tensor(logits[r0:r0 + n]), seq.params, seq.seed,
-                                           list(range(s + 1, s + n + 1))))
+                parts.append(sample_tokens(_as_tensor(logits[r0:r0 + n]), seq.params, seq.seed, s + 1))
                 owners.append((seq, n))
         for seq, r in prefill_done:
             if not seq.params.greedy:
-                parts.append(sample_tokens(_as_tensor(logits[r:r + 1]), seq.params, seq.seed, [len(seq.prompt_ids)]))
+                parts.append(sample_tokens(_as_tensor(logits[r:r + 1]), seq.params, seq.seed, len(seq.prompt_ids)))
                 owners.append((seq, 1))
         if not parts:
             return {}
