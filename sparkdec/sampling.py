@@ -93,14 +93,17 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
 
 def uniform_noise_rows(seed: int, first_position: int, rows: int, stream: int, n: int, device) -> torch.Tensor:
     """[rows, n]: row r is uniform_noise(seed, first_position + r, stream, n) bit for bit (elementwise integer
-    arithmetic: a row's values never depend on the other rows). The per-row keys (_mix) are computed on the
-    device too: no host->device copy, which would make the host wait for the device."""
-    base = _signed((seed * 0x9E3779B97F4A7C15 + stream * 0x94D049BB133111EB) & (2**64 - 1))
-    k = torch.arange(first_position, first_position + rows, dtype=torch.int64, device=device) * _M1 + base
-    k = (k ^ _shr(k, 30)) * _M1
-    k = (k ^ _shr(k, 27)) * _M2
-    k = (k ^ _shr(k, 31)) & (2**63 - 1)  # [rows] = _mix(seed, position, stream)
-    x = torch.arange(1, n + 1, dtype=torch.int64, device=device)[None, :] * _GOLDEN + k[:, None]  # [rows, n]
+    arithmetic: a row's values never depend on the other rows). Several rows' keys (_mix) are computed on the
+    device: a host->device copy of them would make the host wait for the device."""
+    if rows == 1:  # one key: a host scalar, no key kernels
+        k = _mix(seed, first_position, stream)
+    else:
+        base = _signed((seed * 0x9E3779B97F4A7C15 + stream * 0x94D049BB133111EB) & (2**64 - 1))
+        k = torch.arange(first_position, first_position + rows, dtype=torch.int64, device=device) * _M1 + base
+        k = (k ^ _shr(k, 30)) * _M1
+        k = (k ^ _shr(k, 27)) * _M2
+        k = ((k ^ _shr(k, 31)) & (2**63 - 1))[:, None]  # [rows, 1] = _mix(seed, position, stream)
+    x = torch.arange(1, n + 1, dtype=torch.int64, device=device)[None, :] * _GOLDEN + k  # [rows, n]
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     x = x ^ _shr(x, 31)
@@ -113,10 +116,11 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def _top_p_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
-    """x [V] (scaled, top-k masked logits) -> bool [V]: the tokens outside the smallest set, in descending
-    probability (ties to the smaller id), whose mass reaches top_p."""
+    """x [..., V] (scaled, top-k masked logits) -> bool [..., V]: the tokens outside the smallest set, in
+    descending probability (ties to the smaller id), whose mass reaches top_p. Softmax, sort and cumsum run
+    along each row on its own (a row's bits never depend on the other rows)."""
     probs = torch.softmax(x, dim=-1)
-    sorted_p, idx = torch.sort(probs, descending=True, stable=True)
+    sorted_p, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
     drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
     return torch.zeros_like(drop).scatter_(-1, idx, drop)
 
@@ -130,13 +134,13 @@ def sample_from(probs: torch.Tensor, seed: int, position: int, stream: int = STR
 def masked_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [R, V] -> float32 logits / temperature with the tokens top-k and top-p drop set to -inf: plain
     sampling draws from softmax of each row (processed_probs' distribution). Top-k is an exact selection;
-    top-p sorts and sums one row at a time, so a row's mask never depends on the other rows."""
+    top-p's softmax, sort and cumsum work along each row on its own.""" 
     x = logits.float() / params.temperature
     if params.top_k and params.top_k < x.shape[-1]:
         kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if params.top_p < 1.0:
-        x = torch.stack([row.masked_fill(_top_p_drop(row, params.top_p), float("-inf")) for row in x])
+        x = x.masked_fill(_top_p_drop(x, params.top_p), float("-inf"))
     return x
 
 
