@@ -88,22 +88,7 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
     """n float64 uniforms in (0, 1), a pure function of (seed, position, stream): element i is splitmix64 of
     key + (i + 1) * golden, computed with wrapping int64 arithmetic on the device itself (no host generator,
     no host->device copy; identical bits on CPU and CUDA)."""
-    return uniform_noise_rows(seed, position, 1, stream, n, device)[0]
-
-
-def uniform_noise_rows(seed: int, first_position: int, rows: int, stream: int, n: int, device) -> torch.Tensor:
-    """[rows, n]: row r is uniform_noise(seed, first_position + r, stream, n) bit for bit (elementwise integer
-    arithmetic: a row's values never depend on the other rows). Several rows' keys (_mix) are computed on the
-    device: a host->device copy of them would make the host wait for the device."""
-    if rows == 1:  # one key: a host scalar, no key kernels
-        k = _mix(seed, first_position, stream)
-    else:
-        base = _signed((seed * 0x9E3779B97F4A7C15 + stream * 0x94D049BB133111EB) & (2**64 - 1))
-        k = torch.arange(first_position, first_position + rows, dtype=torch.int64, device=device) * _M1 + base
-        k = (k ^ _shr(k, 30)) * _M1
-        k = (k ^ _shr(k, 27)) * _M2
-        k = ((k ^ _shr(k, 31)) & (2**63 - 1))[:, None]  # [rows, 1] = _mix(seed, position, stream)
-    x = torch.arange(1, n + 1, dtype=torch.int64, device=device)[None, :] * _GOLDEN + k  # [rows, n]
+    x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN + _mix(seed, position, stream)
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     x = x ^ _shr(x, 31)
@@ -112,17 +97,19 @@ def uniform_noise_rows(seed: int, first_position: int, rows: int, stream: int, n
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [V] float32 -> the distribution plain sampling draws from (temperature, top-k, top-p)."""
-    return torch.softmax(masked_logits(logits[None], params)[0], dim=-1)
-
-
-def _top_p_drop(x: torch.Tensor, top_p: float) -> torch.Tensor:
-    """x [..., V] (scaled, top-k masked logits) -> bool [..., V]: the tokens outside the smallest set, in
-    descending probability (ties to the smaller id), whose mass reaches top_p. Softmax, sort and cumsum run
-    along each row on its own (a row's bits never depend on the other rows)."""
+    x = logits.float() / params.temperature
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k).values[-1]
+        x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
-    sorted_p, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
-    drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
-    return torch.zeros_like(drop).scatter_(-1, idx, drop)
+    if params.top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, descending=True, stable=True)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        drop = (cum - sorted_p) >= params.top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+        probs = probs / probs.sum()
+    return probs
 
 
 def sample_from(probs: torch.Tensor, seed: int, position: int, stream: int = STREAM_TARGET) -> int:
@@ -131,41 +118,8 @@ def sample_from(probs: torch.Tensor, seed: int, position: int, stream: int = STR
     return int(torch.argmax(probs.double() / e))
 
 
-def masked_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """logits [R, V] -> float32 logits / temperature with the tokens top-k and top-p drop set to -inf: plain
-    sampling draws from softmax of each row (processed_probs' distribution). Top-k is an exact selection;
-    top-p's softmax, sort and cumsum work along each row on its own.""" 
-    x = logits.float() / params.temperature
-    if params.top_k and params.top_k < x.shape[-1]:
-        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if params.top_p < 1.0:
-        x = x.masked_fill(_top_p_drop(x, params.top_p), float("-inf"))
-    return x
-
-
-def sample_tokens(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
-    """The tokens plain decoding emits at positions first_position .. + R - 1 given the logits [R, V] of the rows
-    before them, as a
-    device tensor [R] (no host read). Sampled: the exponential race argmax_i p_i / E_i of sample_from, run in
-    log space (argmax_i x_i - log E_i over the masked logits x: softmax's normaliser cancels), so every step is
-    elementwise or an exact selection and R rows cost one batch of kernels with the bits of R single rows."""
-    if params.greedy:
-        return logits.argmax(-1)  # first maximum: ties go to the smaller id
-    x = masked_logits(logits, params)
-    return torch.argmax(x.double() + race_noise(seed, first_position, x.shape[0], x.shape[-1], x.device), dim=-1)
-
-
-def race_noise(seed: int, first_position: int, rows: int, n: int, device) -> torch.Tensor:
-    """[rows, n] float64: -log E with E ~ Exp(1) (a Gumbel variable), row r keyed on (seed, first_position + r)."""
-    u = uniform_noise_rows(seed, first_position, rows, STREAM_TARGET, n, device)
-    if u.is_cuda:
-        return -torch.log(-torch.log(u))
-    # NOTE: CPU math kernels run most elements through a vectorised log and a chunk's tail through a scalar
-    # one, which may differ in the last bit: one row at a time keeps each row's bits those of a lone row
-    return torch.stack([-torch.log(-torch.log(row)) for row in u])
-
-
 def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, position: int) -> int:
-    """The token plain decoding emits at `position` given the logits [V] of the row before it."""
-    return int(sample_tokens(logits[None], params, seed, position)[0])
+    """The token plain decoding emits at `position` given the logits of the row before it."""
+    if params.greedy:
+        return int(torch.argmax(logits))  # first maximum: ties go to the smaller id
+    return sample_from(processed_probs(logits, params), seed, position)

@@ -11,11 +11,10 @@ import torch
 from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
-from sparkdec.engine.runner import LogitRows
-from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_tokens
+from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_token
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy
-from sparkdec.spec.verify import accept_greedy, accept_rejection
+from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
 
 
 class RoundRunner:
@@ -44,10 +43,7 @@ class RoundRunner:
                                               greedy=greedy)
         return drafts, z, conf
 
-    def accept(self, seq: Sequence, logits, argmax: list[int], drafts: list[int], z, row: int,
-               sampled: list[int] | None = None):
-        """Committed tokens of one sequence. sampled: the target's sampled tokens for its rows (exact sampled
-        match, from _sampled_tokens)."""
+    def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
         s = seq.anchor_position
         if self.simulate is not None:
             return self.simulate.accept(argmax, drafts)
@@ -55,32 +51,7 @@ class RoundRunner:
             return accept_greedy(argmax, drafts)
         if self.accept_mode == "rejection" and drafts:
             return accept_rejection(logits, z[row], drafts, seq.params, seq.seed, s)
-        return accept_greedy(sampled, drafts)  # exact match: the tokens plain sampled decoding would emit
-
-    def _exact_sampled(self, seq: Sequence, rows: int) -> bool:
-        """Does this sequence's acceptance need the target's sampled tokens (exact match, temperature > 0)?"""
-        return self.simulate is None and not seq.params.greedy and (self.accept_mode != "rejection" or rows == 1)
-
-    def _sampled_tokens(self, spans, prefill_done, logits) -> dict[int, list[int]]:
-        """id(seq) -> the target's sampled tokens for that sequence's logit rows, for every sampled sequence of
-        the round, drawn on the device in one batch per sequence and read back in one transfer."""
-        parts, owners = [], []
-        for seq, r0, n, _ in spans:
-            if self._exact_sampled(seq, n):
-                s = seq.anchor_position
-                parts.append(sample_tokens(_as_tensor(logits[r0:r0 + n]), seq.params, seq.seed, s + 1))
-                owners.append((seq, n))
-        for seq, r in prefill_done:
-            if not seq.params.greedy:
-                parts.append(sample_tokens(_as_tensor(logits[r:r + 1]), seq.params, seq.seed, len(seq.prompt_ids)))
-                owners.append((seq, 1))
-        if not parts:
-            return {}
-        flat, out, at = torch.cat(parts).tolist(), {}, 0
-        for seq, n in owners:
-            out[id(seq)] = flat[at:at + n]
-            at += n
-        return out
+        return accept_exact(logits, drafts, seq.params, seq.seed, s)
 
     def _verify_lengths(self, spec: list[Sequence], conf_dev) -> list[int]:
         """ℓ per sequence. Only a confidence threshold needs the confidences on the host before the verify
@@ -129,11 +100,10 @@ class RoundRunner:
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
-        sampled = self._sampled_tokens(spans, prefill_done, logits)
         touched = []
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
-            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, sampled.get(id(seq)))
+            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i)
             s = seq.anchor_position
             committed = commit_tokens(seq, tokens, self.decode)
             seq.num_computed = s + len(tokens)
@@ -141,7 +111,9 @@ class RoundRunner:
                 self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
             touched.append(seq)
         for seq, r in prefill_done:
-            token = argmax[r] if seq.params.greedy else sampled[id(seq)][0]  # no extra device read
+            # greedy: the round's readback already holds the argmax (no extra device read)
+            token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
+                                                                     len(seq.prompt_ids))
             commit_tokens(seq, [token], self.decode)
             seq.first_token_time = time.perf_counter()
             touched.append(seq)
@@ -170,8 +142,3 @@ class RoundRunner:
         tm["verify"] += t2 - t1
         tm["accept"] += t3 - t2
         tm["steps"] += 1
-
-
-def _as_tensor(rows) -> torch.Tensor:
-    """Logit rows (a tensor, or runner.LogitRows after a graph replay) as one [R, V] tensor."""
-    return rows.tensor() if isinstance(rows, LogitRows) else rows

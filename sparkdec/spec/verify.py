@@ -1,23 +1,33 @@
-"""Acceptance rules (spec §12.3): prefix match against the target's tokens (greedy, and exact sampled match with
-keyed noise), rejection sampling."""
+"""Acceptance rules (spec §12.3): greedy prefix match, exact sampled match, rejection sampling."""
 from __future__ import annotations
 
 import torch
 
 from sparkdec.sampling import (STREAM_ACCEPT, STREAM_RESIDUAL, STREAM_TARGET, SamplingParams, processed_probs,
-                               sample_from, uniform_noise)
+                               sample_from, sample_token, uniform_noise)
 
 
 def accept_greedy(target_tokens: list[int], drafts: list[int]) -> list[int]:
-    """target_tokens: the token plain decoding emits after each of the ℓ+1 verify rows (the argmax, or for
-    exact sampled match the token sampling.sample_tokens draws with the request's keyed noise); drafts:
-    d_1..d_ℓ. Returns committed tokens (accepted drafts then the bonus/correction), i.e. A + 1 tokens."""
+    """target_tokens: argmax of the ℓ+1 verify rows; drafts: d_1..d_ℓ. Returns committed tokens
+    (accepted drafts then the bonus/correction), i.e. A + 1 tokens."""
     out = []
     for k, d in enumerate(drafts):
         if d != target_tokens[k]:
             break
         out.append(d)
     out.append(target_tokens[len(out)])
+    return out
+
+
+def accept_exact(logits: torch.Tensor, drafts: list[int], params: SamplingParams, seed: int, s: int) -> list[int]:
+    """Sample the target at each row with noise keyed on (seed, position); keep the matching prefix.
+    Row k (position s+k) emits the token for position s+k+1, exactly as plain sampled decoding would."""
+    out = []
+    for k in range(len(drafts) + 1):
+        token = sample_token(logits[k], params, seed, s + k + 1)
+        out.append(token)
+        if k == len(drafts) or token != drafts[k]:
+            break
     return out
 
 
