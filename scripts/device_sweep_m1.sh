@@ -1,3 +1,6 @@
+#!/usr/bin/env bash
+# Device: wide GEMM tile sweep at M = 1 on the Qwen3-4B shapes, a quick bench with the swept table and with the
+# shipped one, and an eager one-step profile with PDL off. usage (device tool): bash scripts/device_sweep_m1.sh
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests
 python scripts/sweep_gemm.py $OUT/sweep_m1.json --wide --m 1 --only 4b 2>&1 | grep -v Warn
 python - <<'PY'
