@@ -39,8 +39,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json)
-    lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)
-    seq = tl.load(seq_ptr + tl.maximum(lead, 0))
+    lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
     pdl_wait(PDL)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
@@ -61,12 +60,13 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
 
 
 @triton.jit
-def row_block(lead_ptr, nrow_ptr, num_rows):
-    """This program's row block: (first row, rows, whether there is one). Blocks are clipped to the call's
-    num_rows: a graph of a small tier reads a prefix of the blocks staged for a larger one (lead -1: none)."""
+def row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows):
+    """This program's row block: (first row, rows, whether there is one, its sequence's block-table row). Blocks
+    are clipped to the call's num_rows: a graph of a small tier reads a prefix of the blocks staged for a larger
+    one (lead -1: none). All staged before the forward: safe to read before the PDL wait."""
     lead = tl.load(lead_ptr + tl.program_id(0))
     n_rows = tl.minimum(tl.load(nrow_ptr + tl.program_id(0)), num_rows - lead)
-    return lead, n_rows, (lead >= 0) & (lead < num_rows)
+    return lead, n_rows, (lead >= 0) & (lead < num_rows), tl.load(seq_ptr + tl.maximum(lead, 0))
 
 
 @triton.jit

@@ -25,8 +25,7 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nro
                     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
                     PDL: tl.constexpr):
     kvh = tl.program_id(1)
-    lead, n_rows, has_block = row_block(lead_ptr, nrow_ptr, num_rows)  # staged before the forward
-    seq = tl.load(seq_ptr + tl.maximum(lead, 0))
+    lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
     pdl_wait(PDL)
     if has_block:
         for pas in range(0, PASSES):
