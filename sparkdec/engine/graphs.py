@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
@@ -72,6 +73,9 @@ class TargetGraphs:
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
+        # what padding rows (ids .. keys per row) and unused block entries hold, as columns to broadcast
+        self.pad_rows = np.array([[0], [0], [self.trash_slot], [max_seqs], [1]])
+        self.no_block = np.array([[-1], [0]])
         self.graphs: dict[int, tuple] = {}
 
     def _forward(self, t: int):
@@ -108,12 +112,12 @@ class TargetGraphs:
             st[4, at:at + k] += 1  # a causal row sees keys 0..position
             spans.append((at, at + k))
             at += k
-        st[:5, at:tier] = ((0,), (0,), (self.trash_slot,), (self.max_seqs,), (1,))  # padding rows
+        st[:5, at:tier] = self.pad_rows
         nb = 0
         for lead, rows in row_blocks(spans + ([(at, tier)] if tier > at else [])):  # padding: the trash row's blocks
             st[7, nb], st[8, nb] = lead, rows
             nb += 1
-        st[7:9, nb:tier] = ((-1,), (0,))
+        st[7:9, nb:tier] = self.no_block
         n_fill = len(fill[0]) if fill is not None else 0
         if n_fill:
             st[5, :n_fill] = fill[0]

@@ -106,7 +106,7 @@ class ModelRunner:
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
         # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
-        host = torch.cat([first.float()] + [t.float().reshape(-1) for t in readback]).tolist()
+        host = (torch.cat([first.float()] + [t.float().reshape(-1) for t in readback]) if readback else first).tolist()
         at = first.numel()
         out = [[int(host[r]) for r in logit_rows] if tier is not None else [int(x) for x in host[:at]]]
         for t in readback:
