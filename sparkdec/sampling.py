@@ -1,6 +1,7 @@
 """SamplingParams and the sampler: greedy, temperature, top-k, top-p, with noise keyed on (seed, position)."""
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -59,6 +60,10 @@ class SamplingParams:
 
 
 STREAM_TARGET, STREAM_DRAFT, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2, 3
+# opt-in, CUDA only: the target's sampled tokens from one fused kernel (ops/triton_sample.py: the same race in log
+# space, all verify rows of a sequence at once). Plain and speculative decoding both take it when it is on, so
+# seeded outputs stay equal. Checked in Triton's interpreter and compiled for sm_90; NOT yet run on a GPU.
+FUSED_SAMPLER = os.environ.get("SPARKDEC_FUSED_SAMPLER", "0") == "1"
 
 
 def _mix(seed: int, position: int, stream: int) -> int:
@@ -103,11 +108,7 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
     if params.top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, descending=True, stable=True)
-        cum = torch.cumsum(sorted_p, dim=-1)
-        drop = (cum - sorted_p) >= params.top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+        probs = probs.masked_fill(_top_p_drop(probs, params.top_p), 0.0)
         probs = probs / probs.sum()
     return probs
 
@@ -122,4 +123,35 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, positi
     """The token plain decoding emits at `position` given the logits of the row before it."""
     if params.greedy:
         return int(torch.argmax(logits))  # first maximum: ties go to the smaller id
+    if fused(logits):
+        return int(fused_rows(logits[None], params, seed, position)[0])
     return sample_from(processed_probs(logits, params), seed, position)
+
+
+def fused(logits: torch.Tensor) -> bool:
+    """Do sampled tokens come from the fused kernel (SPARKDEC_FUSED_SAMPLER=1 and CUDA logits)?"""
+    return FUSED_SAMPLER and logits.is_cuda
+
+
+def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
+    """The sampled tokens at positions first_position .. + R - 1 given the logits [R, V] of the rows before them,
+    as a device tensor [R] (ops/triton_sample.py); top-k and top-p masks computed here, row by row for top-p."""
+    from sparkdec.ops.triton_sample import GOLDEN, M2, keyed_race
+
+    x = logits.float() / params.temperature
+    kth = drop = None
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1].contiguous()
+        x = x.masked_fill(x < kth[:, None], float("-inf"))
+    if params.top_p < 1.0:
+        drop = torch.stack([_top_p_drop(torch.softmax(row, dim=-1), params.top_p) for row in x])
+    key_base = (seed * GOLDEN + STREAM_TARGET * M2) % (1 << 64)  # sampling._mix before the position term
+    return keyed_race(logits, params.temperature, key_base, first_position, kth, drop)
+
+
+def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """probs [V] -> bool [V]: the tokens outside the smallest set, in descending probability (ties to the
+    smaller id), whose mass reaches top_p."""
+    sorted_p, idx = torch.sort(probs, descending=True, stable=True)
+    drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
+    return torch.zeros_like(drop).scatter_(-1, idx, drop)

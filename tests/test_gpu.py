@@ -37,6 +37,24 @@ def test_bf16_speculative_greedy_is_bit_identical(target, tmp_path):
 
 def test_bf16_speculative_sampled_equals_plain_sampled(target, tmp_path):
     """Exact sampled match: with a seed, speculative output is token for token the plain sampled output."""
+    _sampled_spec_equals_plain(target, tmp_path)
+
+
+def test_fused_sampler_speculative_equals_plain_and_kernel_equals_torch_race(target, tmp_path, monkeypatch):
+    """SPARKDEC_FUSED_SAMPLER (ops/triton_sample.py): the same equality, and the kernel draws the tokens the torch
+    race (logits / T - log E with the keyed noise) draws on the same rows."""
+    from sparkdec import sampling
+
+    monkeypatch.setattr(sampling, "FUSED_SAMPLER", True)
+    _sampled_spec_equals_plain(target, tmp_path)
+    x = torch.randn(8, 151936, device="cuda") * 4
+    got = sampling.fused_rows(x, SamplingParams(temperature=0.7), 99, 1000).tolist()
+    want = [int(torch.argmax((x[i] / 0.7).double() - torch.log(-torch.log(
+        sampling.uniform_noise(99, 1000 + i, sampling.STREAM_TARGET, x.shape[1], "cuda"))))) for i in range(8)]
+    assert got == want
+
+
+def _sampled_spec_equals_plain(target, tmp_path):
     params = [SamplingParams(max_tokens=128, ignore_eos=True, temperature=0.8, top_p=0.95, top_k=100, seed=5 + i)
               for i in range(len(PROMPTS))]
     plain = LLM(model=str(target), device="cuda", dtype="bfloat16")

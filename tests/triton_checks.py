@@ -78,6 +78,51 @@ def check_markov_step():
     assert drafts[0, 0] == 10 and drafts[1, 0] == 20
 
 
+def check_keyed_race():
+    """ops/triton_sample.py: the race argmax_i x_i / T - log E_i with sampling's keyed noise, per row, for small
+    and large integer arguments (Triton passes small ints as int32), with top-k and top-p masks."""
+    from sparkdec.ops.triton_sample import M1, keyed_race
+    from sparkdec.sampling import STREAM_TARGET, SamplingParams, _top_p_drop, fused_rows, uniform_noise
+
+    def race(x, t, seed, pos, keep=None):  # reference: the same race with torch ops and sampling.uniform_noise
+        score = (x / t).double() - torch.log(-torch.log(uniform_noise(seed, pos, STREAM_TARGET, x.shape[-1], "cpu")))
+        return int(torch.argmax(score if keep is None else torch.where(keep, score, float("-inf"))))
+
+    r, v, t, seed, pos0 = 5, 3000, 0.8, 1234567, 41
+    x = torch.randn(r, v) * 3
+    got = fused_rows(x, SamplingParams(temperature=t), seed, pos0).tolist()
+    assert got == [race(x[i], t, seed, pos0 + i) for i in range(r)], got
+    assert fused_rows(x[2:3], SamplingParams(temperature=t), seed, pos0 + 2).tolist() == got[2:3]  # rows alone
+    p = SamplingParams(temperature=t, top_k=20, top_p=0.7)
+    xs = x / t
+    kth = torch.topk(xs, 20, dim=-1).values[:, -1:]
+    xk = xs.masked_fill(xs < kth, float("-inf"))
+    keep = [(xs[i] >= kth[i]) & ~_top_p_drop(torch.softmax(xk[i], -1), 0.7) for i in range(r)]
+    assert fused_rows(x, p, seed, pos0).tolist() == [race(x[i], t, seed, pos0 + i, keep[i]) for i in range(r)]
+    for key_base, pos in ((5, 1), ((1 << 64) - 3, 7), (123456789012345678, 2 ** 31 + 5)):  # raw keys, no seed
+        want = []
+        for i in range(2):
+            k = (key_base + (pos + i) * M1) % (1 << 64)  # sampling._mix's mixing of a raw sum
+            k ^= k >> 30
+            k = (k * 0xBF58476D1CE4E5B9) % (1 << 64)
+            k ^= k >> 27
+            k = (k * 0x94D049BB133111EB) % (1 << 64)
+            seedless = _noise_with_key((k ^ (k >> 31)) & ((1 << 63) - 1), v)
+            want.append(int(torch.argmax((x[i] / 1.3).double() - torch.log(-torch.log(seedless)))))
+        assert keyed_race(x[:2], 1.3, key_base, pos).tolist() == want, (key_base, pos)
+
+
+def _noise_with_key(key: int, n: int) -> torch.Tensor:
+    """sampling.uniform_noise's formula for a raw 63-bit key."""
+    from sparkdec.sampling import _GOLDEN, _M1, _M2, _shr
+
+    x = torch.arange(1, n + 1, dtype=torch.int64) * _GOLDEN + key
+    x = (x ^ _shr(x, 30)) * _M1
+    x = (x ^ _shr(x, 27)) * _M2
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 12).double() + 0.5) * 2.0 ** -52
+
+
 def check_fused_layer():
     cfg = TargetConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e4,
@@ -105,4 +150,5 @@ if __name__ == "__main__":
     check_qkv_rope_store()
     check_fused_layer()
     check_markov_step()
+    check_keyed_race()
     print("ok")

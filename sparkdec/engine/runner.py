@@ -31,6 +31,13 @@ class LogitRows:
             return LogitRows(self.logits, self.index[k])
         return self.logits[self.index[k]]
 
+    def tensor(self) -> torch.Tensor:
+        """The rows as one [R, V] tensor (a view when they are consecutive, as one sequence's verify rows are)."""
+        a = self.index[0] if self.index else 0
+        if self.index == list(range(a, a + len(self.index))):
+            return self.logits[a:a + len(self.index)]
+        return self.logits[torch.tensor(self.index, device=self.logits.device)]
+
 
 class ModelRunner:
     def __init__(self, target, target_cfg, drafter=None, draft_cfg=None, *, num_pages: int, page_size: int,

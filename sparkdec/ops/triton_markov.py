@@ -54,7 +54,7 @@ def _argmax_kernel(pmax_ptr, pidx_ptr, prev_ptr, drafts_ptr, stride_d, n_tiles, 
     row = tl.program_id(0)
     pdl_wait(PDL)
     offs = tl.arange(0, CHUNK)
-    best = tl.full([], float("-inf"), tl.float32)
+    best = tl.full([], float("-inf"), pmax_ptr.dtype.element_ty)
     best_idx = tl.full([], 0, tl.int32)
     for c in range(0, CHUNKS):  # tiles in column order; a later tile must be strictly larger to win
         t = c * CHUNK + offs

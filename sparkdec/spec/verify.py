@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from sparkdec.sampling import (STREAM_ACCEPT, STREAM_RESIDUAL, STREAM_TARGET, SamplingParams, processed_probs,
-                               sample_from, sample_token, uniform_noise)
+from sparkdec.engine.runner import LogitRows
+from sparkdec.sampling import (STREAM_ACCEPT, STREAM_RESIDUAL, STREAM_TARGET, SamplingParams, fused, fused_rows,
+                               processed_probs, sample_from, sample_token, uniform_noise)
 
 
 def accept_greedy(target_tokens: list[int], drafts: list[int]) -> list[int]:
@@ -21,7 +22,11 @@ def accept_greedy(target_tokens: list[int], drafts: list[int]) -> list[int]:
 
 def accept_exact(logits: torch.Tensor, drafts: list[int], params: SamplingParams, seed: int, s: int) -> list[int]:
     """Sample the target at each row with noise keyed on (seed, position); keep the matching prefix.
-    Row k (position s+k) emits the token for position s+k+1, exactly as plain sampled decoding would."""
+    Row k (position s+k) emits the token for position s+k+1, exactly as plain sampled decoding would.
+    With the fused sampler all rows are drawn in one batch (two launches) and read back once."""
+    if fused(logits.logits if isinstance(logits, LogitRows) else logits):
+        rows = logits.tensor() if isinstance(logits, LogitRows) else logits
+        return accept_greedy(fused_rows(rows[:len(drafts) + 1], params, seed, s + 1).tolist(), drafts)
     out = []
     for k in range(len(drafts) + 1):
         token = sample_token(logits[k], params, seed, s + k + 1)
