@@ -1,12 +1,12 @@
 """SamplingParams and the sampler: greedy, temperature, top-k, top-p, with noise keyed on (seed, position)."""
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 
 import torch
 
+from sparkdec.env import flag
 from sparkdec.errors import InvalidSamplingParamsError
 
 
@@ -63,7 +63,7 @@ STREAM_TARGET, STREAM_DRAFT, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2, 3
 # opt-in, CUDA only: the target's sampled tokens from one fused kernel (ops/triton_sample.py: the same race in log
 # space, all verify rows of a sequence at once). Plain and speculative decoding both take it when it is on, so
 # seeded outputs stay equal. Checked in Triton's interpreter and compiled for sm_90; NOT yet run on a GPU.
-FUSED_SAMPLER = os.environ.get("SPARKDEC_FUSED_SAMPLER", "0") == "1"
+FUSED_SAMPLER: bool | None = None  # None: SPARKDEC_FUSED_SAMPLER decides, read on first use (Engine() reads it)
 
 
 def _mix(seed: int, position: int, stream: int) -> int:
@@ -130,7 +130,15 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, positi
 
 def fused(logits: torch.Tensor) -> bool:
     """Do sampled tokens come from the fused kernel (SPARKDEC_FUSED_SAMPLER=1 and CUDA logits)?"""
-    return FUSED_SAMPLER and logits.is_cuda
+    return logits.is_cuda and fused_sampler_on()
+
+
+def fused_sampler_on() -> bool:
+    """SPARKDEC_FUSED_SAMPLER, read once (an invalid value is an error that names it)."""
+    global FUSED_SAMPLER
+    if FUSED_SAMPLER is None:
+        FUSED_SAMPLER = flag("SPARKDEC_FUSED_SAMPLER", False)
+    return FUSED_SAMPLER
 
 
 def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:

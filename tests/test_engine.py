@@ -151,3 +151,31 @@ def test_prompt_rows_marked_for_the_prefill_kernel(llm, monkeypatch):
     monkeypatch.setattr("sparkdec.engine.runner.build_context", spy)
     assert staggered() == ref
     assert 0 in seen and None in seen and any(r is not None and r > 0 for r in seen), seen
+
+
+def test_bad_environment_switches_name_the_variable(monkeypatch, tmp_path, targets):
+    """SPARKDEC_* switches: a value they do not take is an error naming the variable and the values it takes;
+    a GEMM tile table the user named must exist and parse."""
+    from sparkdec import env, sampling
+
+    monkeypatch.setenv("SPARKDEC_PDL", "7")
+    with pytest.raises(env.InvalidSettingError, match="SPARKDEC_PDL='7'.*0, 1, 2"):
+        env.choice("SPARKDEC_PDL", 1, (0, 1, 2))
+    monkeypatch.delenv("SPARKDEC_PDL")
+    monkeypatch.setenv("SPARKDEC_PREFILL_KERNEL", "yes")
+    with pytest.raises(env.InvalidSettingError, match="SPARKDEC_PREFILL_KERNEL='yes'"):
+        env.flag("SPARKDEC_PREFILL_KERNEL", True)
+    monkeypatch.setenv("SPARKDEC_PREFILL_KERNEL", "")
+    assert env.flag("SPARKDEC_PREFILL_KERNEL", True) is True  # unset or empty: the default
+    monkeypatch.setattr(sampling, "FUSED_SAMPLER", None)
+    monkeypatch.setenv("SPARKDEC_FUSED_SAMPLER", "on")
+    with pytest.raises(env.InvalidSettingError, match="SPARKDEC_FUSED_SAMPLER"):
+        LLM(model=str(targets["tied_gqa2"]), device="cpu")  # at start, not at the first sampled token
+    pytest.importorskip("triton")
+    from sparkdec.ops import triton_gemm
+
+    with pytest.raises(env.InvalidSettingError, match="does not exist"):
+        triton_gemm.load_configs(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(env.InvalidSettingError, match="not valid JSON"):
+        triton_gemm.load_configs(tmp_path / "bad.json")

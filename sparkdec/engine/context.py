@@ -1,14 +1,15 @@
 """ForwardContext: everything a model forward needs to know about a packed, ragged batch of tokens."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 
+from sparkdec.env import flag
+
 # prompt rows through the prefill attention kernel (ops/triton_prefill.py) and steps with prompt rows eager.
 # On by default (H200: an 8k-token prompt 387 -> 268 ms); SPARKDEC_PREFILL_KERNEL=0 sends them to the split kernel
-PREFILL_KERNEL = os.environ.get("SPARKDEC_PREFILL_KERNEL", "1") != "0"
+PREFILL_KERNEL = flag("SPARKDEC_PREFILL_KERNEL", True)
 BLOCK_ROWS = 16  # consecutive rows of one sequence that attention handles together (shared key/value loads)
 
 

@@ -13,7 +13,7 @@ from sparkdec.engine.runner import ModelRunner
 from sparkdec.engine.scheduler import Scheduler
 from sparkdec.engine.sequence import Sequence
 from sparkdec.errors import InvalidPromptError, PromptTooLongError, SparkdecError
-from sparkdec.sampling import SamplingParams
+from sparkdec.sampling import SamplingParams, fused_sampler_on
 from sparkdec.spec.round import RoundRunner
 from sparkdec.spec.schedule import VerifyPolicy
 
@@ -65,6 +65,7 @@ class Engine:
         """models: prebuilt (target, target_cfg, drafter, draft_cfg, tokenizer), e.g. random weights for benchmarks."""
         if cfg.accept_mode not in ACCEPT_MODES:
             raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
+        fused_sampler_on()  # an invalid SPARKDEC_FUSED_SAMPLER fails here, at start, not at the first sampled token
         self.config = cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)

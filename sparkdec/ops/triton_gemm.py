@@ -19,12 +19,14 @@ import torch
 import triton
 import triton.language as tl
 
+from sparkdec.env import InvalidSettingError, choice
+
 BLOCK_M = 16
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # programmatic dependent launch: 0 off; 1: a kernel lets the next launch after its main work; 2: right after its
 # own wait (the next kernel's programs start and load their first weight tile while this one runs).
 # SPARKDEC_PDL overrides; read at every launch, so an A/B run can switch it in one process.
-PDL_MODE = 0 if INTERPRET else int(os.environ.get("SPARKDEC_PDL", "1"))
+PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 
 
 def pdl_args() -> dict:
@@ -68,11 +70,19 @@ def load_configs(path: str | os.PathLike | None = None) -> None:
     import json
     import pathlib
 
-    path = path or os.environ.get("SPARKDEC_GEMM_CONFIGS") or pathlib.Path(__file__).with_name("gemm_configs.json")
+    chosen = path or os.environ.get("SPARKDEC_GEMM_CONFIGS")
+    path = chosen or pathlib.Path(__file__).with_name("gemm_configs.json")
     if not os.path.exists(path):
+        if chosen:  # NOTE: a table the user named must exist; silently using the shipped one would hide the typo
+            raise InvalidSettingError(f"GEMM tile table {str(path)!r} (SPARKDEC_GEMM_CONFIGS) does not exist; "
+                                      "give the JSON that scripts/sweep_gemm.py wrote, or unset it")
         return
-    with open(path) as f:
-        table = json.load(f)
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise InvalidSettingError(f"GEMM tile table {str(path)!r} is not valid JSON ({exc}); use the file "
+                                  "scripts/sweep_gemm.py writes") from exc
     CONFIGS.update({tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.get("configs", {}).items()})
 
 
