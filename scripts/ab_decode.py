@@ -2,7 +2,8 @@
 engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times graph replays and the propose. (The L2-prefetch
 and attention-split variants it first ran are in benchmarks/results/l2_prefetch_ab_h200_2026-11-29.json.)
 
-usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all)
+usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all;
+name#2 runs a variant again, interleaved with the others, to see the run-to-run spread)
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_time
 from sparkdec.bench.shapes import param_bytes, random_models
+from sparkdec.models import qwen3
 from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
@@ -30,6 +32,8 @@ VARIANTS = {
     "markov_v128_w4": {(triton_markov, "BLOCK_V"): 128, (triton_markov, "STEP_WARPS"): 4},
     "markov_v128_w8": {(triton_markov, "BLOCK_V"): 128, (triton_markov, "STEP_WARPS"): 8},
     "markov_v256_w8": {(triton_markov, "BLOCK_V"): 256, (triton_markov, "STEP_WARPS"): 8},
+    "defer_on": {(qwen3, "DEFER_SPLIT"): True},
+    "defer_off": {(qwen3, "DEFER_SPLIT"): False},
 }
 
 
@@ -66,7 +70,7 @@ def main() -> None:
     results = {"shape": shape, "copy_bandwidth": bw, "weights_floor_ms": floor_ms, "runs": {}}
     for ctx in (1024, 8192):
         for name in names:
-            r = run_variant(models, ctx, VARIANTS[name])
+            r = run_variant(models, ctx, VARIANTS[name.split("#")[0]])
             results["runs"][f"{name}@{ctx}"] = r
             print(f"{name:>18} ctx {ctx}: decode {r['decode_ms']:.3f} ms, replay1 {r['replay1_ms']:.3f}, "
                   f"replay8 {r['replay8_ms']:.3f}, propose {r['propose_ms']:.3f}", flush=True)

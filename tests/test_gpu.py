@@ -211,3 +211,48 @@ def test_prompt_rows_do_not_depend_on_chunking():
     rows = [(list(range(100, 200)), [1000], False), (list(range(200, 300)), [40, 41], False), (table, list(range(251, 900)), False)]
     mixed = paged_attention(torch.cat([gen, q[251:]]), kc, vc, build_context(rows, ps, "cuda", 2), d ** -0.5)
     assert torch.equal(mixed[3:], whole[251:])
+
+
+def test_deferred_split_products_give_the_same_bits_and_rows_stay_batch_invariant():
+    """A Qwen3-4B-shaped layer (shipped tile table: o split 8, down split 4): leaving the split-K partials to the
+    next norm (qwen3.DEFER_SPLIT) gives the bits of the products' own reduce, and a row's output and its next
+    norm do not depend on how many rows share the call (1 .. 300 rows: 16-, 64- and 128-row tiles)."""
+    from sparkdec.config import TargetConfig
+    from sparkdec.engine.context import build_context
+    from sparkdec.models import qwen3
+    from sparkdec.ops.rope import RotaryTable
+    from sparkdec.ops.triton_fused import PendingSum
+
+    torch.manual_seed(0)
+    cfg = TargetConfig(vocab_size=64, hidden_size=2560, intermediate_size=9728, num_hidden_layers=1,
+                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
+                       rope_theta=1e6, max_position_embeddings=4096, tie_word_embeddings=True)
+    with torch.device("cuda"):
+        layer = qwen3.Qwen3DecoderLayer(cfg).to(torch.bfloat16)
+        for p in layer.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        layer.fuse()
+        rope = RotaryTable(128, 1e6, 4096, "cuda")
+    ps, n = 16, 300
+    h = torch.randn(n, 2560, device="cuda", dtype=torch.bfloat16)
+
+    def run(rows: int, defer: bool):
+        qwen3.DEFER_SPLIT = defer
+        kv = tuple(torch.zeros(64 * ps, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        ctx = build_context([(list(range(40)), list(range(rows)), False)], ps, "cuda")
+        with torch.no_grad():
+            x, hh = layer.input_layernorm.norm_pending(PendingSum(None, h[:rows]))
+            pending = layer.fused_body(x, hh, ctx, kv, rope)
+            assert (pending.parts is not None) == defer
+            return layer.post_attention_layernorm.norm_pending(pending)
+
+    try:
+        for rows in (1, 5, 100, 300):
+            a, b = run(rows, True), run(rows, False)
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), rows
+        full = run(n, True)
+        for rows in (1, 5, 100):  # causal rows: the first rows of a longer call see the same keys
+            part = run(rows, True)
+            assert torch.equal(part[1], full[1][:rows]) and torch.equal(part[0], full[0][:rows]), rows
+    finally:
+        qwen3.DEFER_SPLIT = True

@@ -134,13 +134,28 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
         eng.rounds.simulate = SimulatedAcceptance(al)
         seq = prefill(eng, ctx, new_tokens)
         t0 = {k: v for k, v in eng.rounds.timing.items()}
+        eng.rounds.device_events = []
         ms = decode_ms(eng, seq, new_tokens)
         steps = eng.rounds.timing["steps"] - t0["steps"]
-        anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("propose", "verify", "accept", "host")}
-        out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": ms * al, **{f"{k}_ms": v for k, v in anatomy.items()}}
+        # host clocks: when launches returned and how long the host spent accepting and scheduling
+        anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("accept", "host")}
+        dev = device_anatomy(eng.rounds.device_events)
+        round_ms = ms * al
+        out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": round_ms, **dev,
+                   "outside_propose_verify_ms": round_ms - dev["propose_device_ms"] - dev["verify_device_ms"],
+                   **{f"{k}_host_ms": v for k, v in anatomy.items()}}
         del eng
         gc.collect()
     return out
+
+
+def device_anatomy(events: list) -> dict:
+    """Mean device time of the propose (round start -> propose queued) and of the verify (-> forward done,
+    before the readback) over the rounds whose (start, proposed, verified) CUDA events were collected."""
+    torch.cuda.synchronize()
+    n = max(1, len(events))
+    return {"propose_device_ms": sum(a.elapsed_time(b) for a, b, _ in events) / n,
+            "verify_device_ms": sum(b.elapsed_time(c) for _, b, c in events) / n, "rounds_timed": len(events)}
 
 
 def hf_peer(models, ctx: int, new_tokens: int = 32) -> float | None:

@@ -92,13 +92,15 @@ class ModelRunner:
         return self.target.logits(self.forward_rows_hidden(ids, ctx))
 
     @torch.inference_mode()
-    def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None):
+    def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None,
+               mark=None):
         """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
         ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
         (the drafts, which never visit the host before the verify). The host lists are the argmax of the
         logit rows followed by each readback tensor, flattened: one device->host read for all of them.
         prompt_from: index of the first piece that is a prompt chunk (all later pieces are too).
+        mark: called once the forward is queued, before the readback (benchmarks record a CUDA event there).
         Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
         prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
@@ -112,6 +114,8 @@ class ModelRunner:
             hidden, _ = self.target_forward(pieces, fill, prompt_from)
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
+        if mark is not None:
+            mark()
         # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
         host = (torch.cat([first.float()] + [t.float().reshape(-1) for t in readback]) if readback else first).tolist()
         at = first.numel()

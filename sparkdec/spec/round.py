@@ -22,6 +22,9 @@ class RoundRunner:
         self.runner, self.policy, self.accept_mode, self.decode = runner, policy, accept_mode, decode
         self.timing = {"propose": 0.0, "verify": 0.0, "accept": 0.0, "host": 0.0, "steps": 0}
         self.simulate = None  # spec.simulate.SimulatedAcceptance: benchmarks only
+        # benchmarks only: a list that collects (start, proposed, verified) CUDA events per speculative round,
+        # the device timeline of the round (the host times above see only when launches return)
+        self.device_events: list | None = None
 
     def _sampled_drafts(self, seq: Sequence) -> bool:
         return self.accept_mode == "rejection" and not seq.params.greedy
@@ -65,7 +68,10 @@ class RoundRunner:
         t0 = time.perf_counter()
         dec = batch.decode
         spec = [s for s in dec if speculating(s)]
+        events = self._events() if spec else None
         drafts_dev, z, conf_dev = self.propose(spec) if spec else (None, None, None)
+        if events:
+            events[1].record()
         ells = self._verify_lengths(spec, conf_dev) if spec else []
         t1 = time.perf_counter()
         gamma = drafts_dev.shape[1] if spec else 0
@@ -95,7 +101,8 @@ class RoundRunner:
         readback = (drafts_dev, conf_dev) if spec else ()
         # NOTE: the one device->host read of the round: verify argmax, drafts and confidences together
         prompt_from = len(dec) if batch.prefill and context.PREFILL_KERNEL else None  # the first prompt piece
-        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from)
+        mark = events[2].record if events else None
+        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark)
         argmax = host[0]
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
@@ -120,6 +127,16 @@ class RoundRunner:
         t3 = time.perf_counter()
         self._time(t0, t1, t2, t3)
         return touched
+
+    def _events(self) -> list | None:
+        """Three CUDA timing events for this round when the device timeline is being collected; the first is
+        recorded now (before the propose)."""
+        if self.device_events is None or not torch.cuda.is_available():
+            return None
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        events[0].record()
+        self.device_events.append(events)
+        return events
 
     def policy_for(self, seq: Sequence):
         p = seq.params
