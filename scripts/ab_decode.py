@@ -32,6 +32,10 @@ VARIANTS = {
     "markov_v128_w4": {(triton_markov, "BLOCK_V"): 128, (triton_markov, "STEP_WARPS"): 4},
     "markov_v128_w8": {(triton_markov, "BLOCK_V"): 128, (triton_markov, "STEP_WARPS"): 8},
     "markov_v256_w8": {(triton_markov, "BLOCK_V"): 256, (triton_markov, "STEP_WARPS"): 8},
+    "chain_off": {(triton_markov, "CHAIN"): False},
+    "chain_132": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 132},
+    "chain_264": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 264},
+    "chain_396": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 396},
     "defer_on": {(qwen3, "DEFER_SPLIT"): True},
     "defer_off": {(qwen3, "DEFER_SPLIT"): False},
 }

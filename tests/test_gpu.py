@@ -146,6 +146,14 @@ def test_fused_markov_step_matches_reference_chain():
         assert torch.equal(z[:, k], engine_z)  # same bits as the unfused (sampled-path) chain
         assert torch.equal(drafts[:, k], z[:, k].argmax(-1))  # the pick is exactly the argmax of its own z
         ref_prev = drafts[:, k].clone()
+    from sparkdec.ops import triton_markov
+
+    for programs in (132, 264, 2000):  # the whole chain (partials reduced by the next slot): the same z and drafts
+        triton_markov.CHAIN_PROGRAMS = programs
+        z2, drafts2 = torch.empty_like(z), torch.empty_like(drafts)
+        triton_markov.markov_chain(torch.tensor([1, 7, 151935], device="cuda"), w1, w2, u, z2, drafts2)
+        assert torch.equal(z2, z) and torch.equal(drafts2, drafts), programs
+    triton_markov.CHAIN_PROGRAMS = 264
 
 
 def test_eager_attention_in_row_ranges_equals_one_call():

@@ -76,6 +76,20 @@ def check_markov_step():
         close(z[:, k], ref_z)
         assert torch.equal(drafts[:, k], ref_prev) and torch.equal(prev, ref_prev), (k, drafts[:, k], ref_prev)
     assert drafts[0, 0] == 10 and drafts[1, 0] == 20
+    check_markov_chain(w1, w2, u, torch.tensor([1, 7, 299]), z, drafts)
+
+
+def check_markov_chain(w1, w2, u, anchors, z_ref, drafts_ref):
+    """The whole chain in γ launches (programs over tile ranges, partials reduced by the next slot) gives the z and
+    drafts of markov_step slot by slot, for several program counts (ties across program ranges included)."""
+    from sparkdec.ops import triton_markov
+
+    for programs in (1, 2, 3, 5):
+        triton_markov.CHAIN_PROGRAMS = programs
+        z, drafts = torch.empty_like(z_ref), torch.empty_like(drafts_ref)
+        triton_markov.markov_chain(anchors, w1, w2, u, z, drafts)
+        assert torch.equal(z, z_ref) and torch.equal(drafts, drafts_ref), (programs, drafts, drafts_ref)
+    triton_markov.CHAIN_PROGRAMS = 264
 
 
 def check_keyed_race():

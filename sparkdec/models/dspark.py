@@ -137,15 +137,18 @@ class DSparkDrafter(nn.Module):
 
     def greedy_chain_fused(self, h: torch.Tensor, u: torch.Tensor, anchors: torch.Tensor):
         """markov_chain with argmax picks for the vanilla head, two kernels per slot (ops/triton_markov.py)."""
-        from sparkdec.ops.triton_markov import markov_step
+        from sparkdec.ops import triton_markov
 
         b, gamma, v = u.shape
         w1, w2 = self.markov_head.markov_w1.weight, self.markov_head.markov_w2.weight
-        prev = anchors.clone()
         drafts = torch.empty(b, gamma, dtype=torch.long, device=u.device)
         z = torch.empty(b, gamma, v, dtype=torch.float32, device=u.device)
-        for k in range(gamma):
-            markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
+        if triton_markov.CHAIN:
+            triton_markov.markov_chain(anchors, w1, w2, u, z, drafts)
+        else:
+            prev = anchors.clone()
+            for k in range(gamma):
+                triton_markov.markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
         es = self.markov_head.markov_w1(torch.cat([anchors[:, None], drafts[:, :-1]], 1))  # [B, γ, r]
         return drafts, z, self._confidences(h, es)
 

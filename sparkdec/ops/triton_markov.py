@@ -86,6 +86,120 @@ def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch
                          CHUNKS=triton.cdiv(n_tiles, chunk), **pdl_args())
 
 
+# the whole chain (markov_chain): each slot's kernel has CHAIN_PROGRAMS programs, each walking a contiguous range of
+# vocabulary tiles (pipelined loads) and keeping its running (max, first index); the next slot's programs reduce
+# those partials themselves (no argmax launch between slots). False: markov_step per slot (the A/B baseline).
+CHAIN = True
+CHAIN_PROGRAMS = 264
+
+
+@triton.jit
+def _prev_from_partials(pmax_ptr, pidx_ptr, rows, rmask, n_parts, V, BLOCK_B: tl.constexpr, CHUNK: tl.constexpr,
+                        CHUNKS: tl.constexpr):
+    """Each row's first argmax from the previous slot's per-program (max, first index) in vocabulary order:
+    a later program must be strictly larger to win (ties go to the smaller id, as torch.argmax); a row whose
+    maxima are all NaN gets 0 (as _argmax_kernel)."""
+    best = tl.full([BLOCK_B], float("-inf"), tl.float32)
+    best_idx = tl.zeros([BLOCK_B], tl.int32)
+    offs = tl.arange(0, CHUNK)
+    for c in range(0, CHUNKS):
+        t = c * CHUNK + offs
+        m2 = rmask[:, None] & (t < n_parts)[None, :]
+        vals = tl.load(pmax_ptr + rows[:, None] * n_parts + t[None, :], mask=m2, other=float("-inf"))
+        m, i = tl.max(vals, 1, return_indices=True, return_indices_tie_break_left=True)
+        idx = tl.load(pidx_ptr + rows * n_parts + c * CHUNK + i, mask=rmask & (c * CHUNK + i < n_parts), other=0)
+        take = m > best
+        best_idx = tl.where(take, idx, best_idx)
+        best = tl.where(take, m, best)
+    return tl.where(best_idx < V, best_idx, 0)
+
+
+@triton.jit
+def _load_w2(w2_ptr, t, rs, V, R: tl.constexpr, BLOCK_V: tl.constexpr):
+    cols = t * BLOCK_V + tl.arange(0, BLOCK_V)
+    return tl.load(w2_ptr + cols[:, None] * R + rs[None, :], mask=(cols < V)[:, None], other=0.0)  # [BLOCK_V, R]
+
+
+@triton.jit
+def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z, BLOCK_V: tl.constexpr,
+                IEEE: tl.constexpr):
+    """z for vocabulary tile t (stored) and the running (max, first index) of each row, tiles taken in order."""
+    cols = t * BLOCK_V + tl.arange(0, BLOCK_V)
+    cmask = cols < V
+    if IEEE:
+        acc = tl.dot(e, tl.trans(w2), input_precision="ieee")
+    else:
+        acc = tl.dot(e, tl.trans(w2))
+    # NOTE: rounded like the reference: linear(e, W2) in the weights' dtype, then float32
+    bias = acc.to(w2.dtype).to(tl.float32)
+    mask = rmask[:, None] & cmask[None, :]
+    z = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=mask, other=0.0) + bias
+    tl.store(z_ptr + rows[:, None] * stride_z + cols[None, :], z, mask=mask)
+    z = tl.where(cmask[None, :], z, float("-inf"))
+    m, i = tl.max(z, 1, return_indices=True, return_indices_tie_break_left=True)
+    take = m > best  # a later tile must be strictly larger
+    return tl.where(take, m, best), tl.where(take, t * BLOCK_V + i, best_idx)
+
+
+@triton.jit
+def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr,
+                  pidx_ptr, B, V, stride_u, stride_z, TILES: tl.constexpr, R: tl.constexpr,
+                  BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr, FIRST: tl.constexpr, CHUNK: tl.constexpr,
+                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+    pid = tl.program_id(0)
+    n_parts = tl.num_programs(0)
+    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    rs = tl.arange(0, R)
+    rmask = rows < B
+    t0 = pid * TILES  # TILES tiles per program; the last program's tiles past the vocabulary are masked off
+    w2 = _load_w2(w2_ptr, t0, rs, V, R, BLOCK_V)  # a weight: read while the previous kernel drains
+    pdl_wait(PDL)
+    if FIRST:
+        prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
+    else:
+        # the previous slot's draft, from its programs' partials; program 0 also writes it to the drafts
+        prev = _prev_from_partials(ppmax_ptr, ppidx_ptr, rows, rmask, n_parts, V, BLOCK_B, CHUNK, CHUNKS)
+        if pid == 0:
+            tl.store(drafts_ptr + rows * stride_d, prev.to(tl.int64), mask=rmask)
+    e = tl.load(w1_ptr + prev[:, None].to(tl.int64) * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
+    best, best_idx = _chain_tile(e, w2, t0, tl.full([BLOCK_B], float("-inf"), tl.float32),
+                                 tl.zeros([BLOCK_B], tl.int32), u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
+                                 BLOCK_V, IEEE)
+    for j in range(1, TILES):
+        w2 = _load_w2(w2_ptr, t0 + j, rs, V, R, BLOCK_V)
+        best, best_idx = _chain_tile(e, w2, t0 + j, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
+                                     BLOCK_V, IEEE)
+    pdl_release(PDL)
+    tl.store(pmax_ptr + rows * n_parts + pid, best, mask=rmask)
+    tl.store(pidx_ptr + rows * n_parts + pid, best_idx, mask=rmask)
+
+
+def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch.Tensor, z: torch.Tensor,
+                 drafts: torch.Tensor) -> None:
+    """The greedy chain of all γ slots: anchors [B] int64, W1 [V, R], W2 [V, R], u [B, γ, V] float32 ->
+    z [B, γ, V] float32 (z_k = u_k + W2·W1[d_{k-1}], d_{-1} = the anchor) and drafts [B, γ] int64 (argmax of z_k).
+    γ launches and one final reduce; the same z and drafts as markov_step slot by slot."""
+    b, gamma, v = u.shape
+    r = w1.shape[1]
+    n_tiles = triton.cdiv(v, BLOCK_V)
+    per = triton.cdiv(n_tiles, CHAIN_PROGRAMS)
+    programs = triton.cdiv(n_tiles, per)
+    chunk = min(1024, triton.next_power_of_2(programs))
+    parts = [(torch.empty(b, programs, dtype=torch.float32, device=u.device),
+              torch.empty(b, programs, dtype=torch.int32, device=u.device)) for _ in range(2)]
+    for k in range(gamma):
+        (pmax, pidx), (ppmax, ppidx) = parts[k % 2], parts[(k + 1) % 2]
+        _chain_kernel[(programs, triton.cdiv(b, BLOCK_B))](
+            anchors, ppmax, ppidx, drafts[:, max(k - 1, 0)], drafts.stride(0), w1, w2, u[:, k], z[:, k], pmax, pidx,
+            b, v, u.stride(0), z.stride(0), TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
+            CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32, num_warps=STEP_WARPS,
+            num_stages=3, **pdl_args())
+    pmax, pidx = parts[(gamma - 1) % 2]
+    scratch = torch.empty(b, dtype=torch.int64, device=u.device)
+    _argmax_kernel[(b,)](pmax, pidx, scratch, drafts[:, gamma - 1], drafts.stride(0), programs, CHUNK=chunk,
+                         CHUNKS=triton.cdiv(programs, chunk), **pdl_args())
+
+
 def supported(w1: torch.Tensor) -> bool:
     """The kernel needs a power-of-two Markov rank of at least 16 (a dot operand)."""
     r = w1.shape[1]
