@@ -3,12 +3,14 @@ engine (graphs recaptured) on the same random Qwen3-4B-shaped weights and times 
 and attention-split variants it first ran are in benchmarks/results/l2_prefetch_ab_h200_2026-11-29.json.)
 
 usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all;
-name#2 runs a variant again, interleaved with the others, to see the run-to-run spread)
+name#2 runs a variant again, interleaved with the others, to see the run-to-run spread; AB_CONTEXTS=1024 picks the
+contexts, default 1024,8192)
 """
 from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 
 import torch
@@ -72,7 +74,7 @@ def main() -> None:
     models = random_models(shape)
     floor_ms = param_bytes(models[0]) / bw * 1e3
     results = {"shape": shape, "copy_bandwidth": bw, "weights_floor_ms": floor_ms, "runs": {}}
-    for ctx in (1024, 8192):
+    for ctx in [int(c) for c in os.environ.get("AB_CONTEXTS", "1024,8192").split(",")]:
         for name in names:
             r = run_variant(models, ctx, VARIANTS[name.split("#")[0]])
             results["runs"][f"{name}@{ctx}"] = r
