@@ -17,7 +17,6 @@ import torch
 
 from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_time
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.models import qwen3
 from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
@@ -38,8 +37,6 @@ VARIANTS = {
     "chain_132": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 132},
     "chain_264": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 264},
     "chain_396": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 396},
-    "defer_on": {(qwen3, "DEFER_SPLIT"): True},
-    "defer_off": {(qwen3, "DEFER_SPLIT"): False},
 }
 
 

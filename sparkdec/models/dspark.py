@@ -10,7 +10,7 @@ from torch import nn
 
 from sparkdec.config import DraftConfig
 from sparkdec.engine.context import ForwardContext
-from sparkdec.models.qwen3 import Qwen3DecoderLayer, RMSNorm, fused_stack, stack_fused
+from sparkdec.models.qwen3 import Qwen3DecoderLayer, RMSNorm
 from sparkdec.ops.linear import linear
 from sparkdec.ops.rope import RotaryTable
 
@@ -95,8 +95,6 @@ class DSparkDrafter(nn.Module):
     def block_hidden(self, input_ids: torch.Tensor, ctx: ForwardContext, kv_layers) -> torch.Tensor:
         """Block rows [B*γ] (anchor, mask, ...) -> final-normed hidden [B*γ, d]."""
         h = self._shared["embed"](input_ids)
-        if stack_fused(self.layers, h):
-            return fused_stack(self.layers, h, ctx, kv_layers, self.rope, self.norm)[0]
         for layer, kv in zip(self.layers, kv_layers):
             h = layer(h, ctx, kv, self.rope)
         return self.norm(h)

@@ -16,11 +16,6 @@ from sparkdec.ops.norms import rms_norm
 from sparkdec.ops.rope import RotaryTable
 
 
-# CUDA: a layer's split-K o and down products leave fp32 partials that the next norm sums (residual_product); False
-# forms them in the product (its last-arriving reduce), the A/B baseline. The same bits either way.
-DEFER_SPLIT = True
-
-
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -33,48 +28,6 @@ class RMSNorm(nn.Module):
 
             return triton_fused.rms_norm(x, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)
-
-    def norm_pending(self, p) -> tuple[torch.Tensor, torch.Tensor]:
-        """CUDA: a PendingSum h -> (norm(h), h) in one launch (ops/triton_fused.py)."""
-        from sparkdec.ops.triton_fused import norm_pending
-
-        return norm_pending(p, self.weight, self.eps)
-
-
-def residual_product(x: torch.Tensor, weight: torch.Tensor, h: torch.Tensor):
-    """CUDA: h + x @ weight^T as a PendingSum: left as split-K partial products for the next norm to sum when the
-    product has a split (DEFER_SPLIT), else formed by the product's residual epilogue."""
-    from sparkdec.ops import triton_gemm
-    from sparkdec.ops.triton_fused import PendingSum
-
-    if DEFER_SPLIT and triton_gemm.split_of(weight.shape[0], x.shape[1]) > 1:
-        return PendingSum(triton_gemm.gemm_parts(x, weight), h)
-    return PendingSum(None, triton_gemm.gemm(x, weight, residual=h))
-
-
-def fused_stack(layers, h: torch.Tensor, ctx: ForwardContext, kv_layers, rope: RotaryTable, final_norm: RMSNorm,
-                tap_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """CUDA: embeddings h [T, d] through fused layers -> (final-normed hidden [T, d], taps: h after each layer in
-    tap_layers, -1 the embeddings). Each norm forms the stream the layer before left pending."""
-    from sparkdec.ops.triton_fused import PendingSum
-
-    taps = [h] if -1 in tap_layers else []
-    pending = PendingSum(None, h)
-    for i, (layer, kv) in enumerate(zip(layers, kv_layers)):
-        x, h = layer.input_layernorm.norm_pending(pending)
-        if i > 0 and i - 1 in tap_layers:
-            taps.append(h)
-        pending = layer.fused_body(x, h, ctx, kv, rope)
-    x, h = final_norm.norm_pending(pending)
-    if len(layers) - 1 in tap_layers:
-        taps.append(h)
-    return x, taps
-
-
-def stack_fused(layers, h: torch.Tensor) -> bool:
-    """Do these layers take the fused CUDA path (fused_stack)?"""
-    return h.is_cuda and all(layer.self_attn.qkv_weight is not None and layer.mlp.gate_up_weight is not None
-                             for layer in layers)
 
 
 def _proj(n_in: int, n_out: int) -> nn.Linear:
@@ -169,33 +122,25 @@ class Qwen3DecoderLayer(nn.Module):
         self.self_attn.fuse()
         self.mlp.fuse()
 
-    def fused_body(self, x: torch.Tensor, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable):
-        """CUDA, after the input norm (x = norm(h)): qkv, q/k norm + RoPE + cache store, attention (split +
-        combine), o + residual, norm, gate_up + SiLU, down -> PendingSum (the layer's output h' = h2 + down; the
-        next norm forms it, so a split-K down product ends without its last-arriving reduce; the same for o, whose
-        sum the post-attention norm forms). Each row batch-invariant. (Folding the norms into the products was
-        measured slower on the H200: the products are latency-bound and the norm lengthened every program.)"""
+    def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
+        """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
+        gate_up+SiLU, down+residual), each row batch-invariant. (Folding the norms into the products was measured
+        slower on the H200: the products are latency-bound and the norm lengthened every program.)"""
         from sparkdec.ops.triton_fused import qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
 
-        attn, mlp, ln2 = self.self_attn, self.mlp, self.post_attention_layernorm
+        attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
-        qkv = gemm(x, attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
+        qkv = gemm(ln1(h), attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
-        x, h = ln2.norm_pending(residual_product(o.view(t, -1), attn.o_proj.weight, h))
-        return residual_product(gemm(x, mlp.gate_up_weight, silu=True), mlp.down_proj.weight, h)
-
-    def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
-        """The whole layer on the CUDA path -> h' (formed with torch ops; fused_stack leaves it to the next norm)."""
-        from sparkdec.ops.triton_fused import PendingSum
-
-        x, h = self.input_layernorm.norm_pending(PendingSum(None, h))
-        return self.fused_body(x, h, ctx, kv, rope).value()
+        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
+        x = gemm(ln2(h), mlp.gate_up_weight, silu=True)  # [T, I]
+        return gemm(x, mlp.down_proj.weight, residual=h)
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
-        if stack_fused([self], h):
+        if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:
             return self._fused_forward(h, ctx, kv, rope)
         attn = self.self_attn(self.input_layernorm(h), ctx, kv, rope)
         if h.is_cuda:
@@ -235,9 +180,6 @@ class Qwen3ForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext, kv_layers: list,
                 tap_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         h = self.model.embed_tokens(input_ids)
-        if stack_fused(self.model.layers, h):
-            x, taps = fused_stack(self.model.layers, h, ctx, kv_layers, self.rope, self.model.norm, tap_layers)
-            return x, (torch.cat(taps, dim=-1) if taps else None)
         taps = []
         if -1 in tap_layers:
             taps.append(h)

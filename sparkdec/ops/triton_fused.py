@@ -13,31 +13,22 @@ from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o, stride_part,
-                     HAS_RES: tl.constexpr, PARTS: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
+                     HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
-    dt = res_out_ptr.dtype.element_ty
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)  # a weight: read while the previous kernel drains
     pdl_wait(PDL)
-    if PARTS:
-        # x is the fp32 partial products of a split-K GEMM [PARTS, rows, n]: summed in slice order from 0.0 and
-        # rounded, as the GEMM's own last-arriving reduce would (ops/triton_gemm.py finish_tile)
-        total = tl.zeros([BLOCK], tl.float32)
-        for s in tl.static_range(PARTS):
-            total += tl.load(x_ptr + s * stride_part + row * stride_x + offs, mask=mask, other=0.0)
-        x = total.to(dt)
-    else:
-        x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
+    x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
     if HAS_RES:
         # NOTE: the sum is rounded to the activation dtype first, as the reference `h = h + delta` does
         x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32))
-        x = x.to(dt)
+        x = x.to(res_out_ptr.dtype.element_ty)
         tl.store(res_out_ptr + row * stride_o + offs, x, mask=mask)
     xf = x.to(tl.float32)
     inv = tl.rsqrt(tl.sum(xf * xf, 0) / n + eps)
-    y = (xf * inv).to(dt)
+    y = (xf * inv).to(x_ptr.dtype.element_ty)
     tl.store(out_ptr + row * stride_o + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -47,41 +38,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     out = torch.empty_like(x)
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
-                           out.stride(0), 0, HAS_RES=residual is not None, PARTS=0, BLOCK=triton.next_power_of_2(n),
-                           **pdl_args())
+                           out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n), **pdl_args())
     return (out, res_out) if residual is not None else out
-
-
-class PendingSum:
-    """A residual-stream value h = base + sum(parts) not yet formed: the split-K partial products [S, M, N] fp32 of
-    the product that ends a block (ops/triton_gemm.py gemm_parts) and the stream before it (base [M, N]). The next
-    RMSNorm forms it (norm_pending), so the product needs no last-arriving reduce. parts None: h = base."""
-
-    def __init__(self, parts: torch.Tensor | None, base: torch.Tensor):
-        self.parts, self.base = parts, base
-
-    def value(self) -> torch.Tensor:
-        """h with torch ops (the same roundings as the kernel): the fp32 parts summed in slice order, rounded, added
-        to base, rounded."""
-        if self.parts is None:
-            return self.base
-        total = torch.zeros_like(self.parts[0])
-        for part in self.parts:
-            total += part
-        return (self.base.float() + total.to(self.base.dtype).float()).to(self.base.dtype)
-
-
-def norm_pending(p: PendingSum, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (norm(h), h) for h = p.base + sum(p.parts), in one launch."""
-    if p.parts is None:
-        return rms_norm(p.base, weight, eps), p.base
-    base = p.base
-    m, n = base.shape
-    assert base.stride(1) == 1 and base.stride(0) == n, "norm_pending: base must be a contiguous [M, N]"
-    out, res_out = torch.empty_like(base), torch.empty_like(base)
-    _rms_norm_kernel[(m,)](p.parts, base, weight, out, res_out, n, eps, n, n, m * n, HAS_RES=True,
-                           PARTS=p.parts.shape[0], BLOCK=triton.next_power_of_2(n), **pdl_args())
-    return out, res_out
 
 
 @triton.jit

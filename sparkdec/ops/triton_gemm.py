@@ -157,7 +157,7 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
 def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
                  K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, DEFER: tl.constexpr = False):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
@@ -181,14 +181,8 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
     pdl_release(PDL)
-    if DEFER:
-        # every slice stores its fp32 partial product at [pid_s, row, col]: the next kernel sums them in slice order
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(ws_ptr + (pid_s * M + rows[:, None]) * N + cols[None, :], acc,
-                 mask=rmask[:, None] & (cols < N)[None, :])
-    else:
-        finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om,
-                    stride_rm, SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
+    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
 
 
 @triton.jit
@@ -217,32 +211,6 @@ def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_
                       OUT_N)
 
 
-def split_of(n: int, k: int) -> int:
-    """The SPLIT_K a product of weight rows n and depth k runs with (1: none)."""
-    _, block_k, split_k, _, _ = pick_config(n, k)
-    return 1 if k % (split_k * block_k) else split_k
-
-
-def gemm_parts(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ weight[N, K]^T as its SPLIT_K fp32 partial products [S, M, N] (S = split_of(N, K) > 1), left for
-    the next kernel to sum in slice order (ops/triton_fused.py rms_norm with parts): the product's programs end
-    without the last-arriving reduce of a split-K tile."""
-    m, k = x.shape
-    n = weight.shape[0]
-    split_k = split_of(n, k)
-    assert split_k > 1, "gemm_parts: this product has no split-K"
-    block_n, block_k, _, warps, stages = pick_config(n, k)
-    block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
-    parts = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
-    if m:
-        grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n), split_k)
-        _gemm_kernel[grid](x, weight, parts, parts, parts, parts, m, n, x.stride(0), weight.stride(0), n, n, K=k,
-                           SILU=False, RESIDUAL=False, IEEE=x.dtype == torch.float32, BLOCK_M=block_m,
-                           BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k, DEFER=True, num_warps=warps,
-                           num_stages=stages, **pdl_args())
-    return parts
-
-
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
@@ -250,8 +218,9 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
-    block_n, block_k, _, warps, stages = pick_config(weight.shape[0], k)
-    split_k = split_of(weight.shape[0], k)
+    block_n, block_k, split_k, warps, stages = pick_config(weight.shape[0], k)
+    if k % (split_k * block_k):
+        split_k = 1
     block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
