@@ -227,7 +227,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS, **pdl_args(small=True))
+        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS, **pdl_args())
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args(small=True))
+                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())

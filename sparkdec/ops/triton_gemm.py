@@ -29,20 +29,9 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 
 
-# mode 1 only: the short, latency-bound kernels (norms, q/k norm + RoPE + store, attention split and combine, argmax
-# reduces) let the next kernel launch as they start (mode 3) rather than as they end, so the next product's programs
-# are resident and hold their first weight tile when the short kernel finishes. (Triggering early in the products
-# too, mode 2, was slower: their dependents took SM slots from the products' later waves.)
-SMALL_EARLY = True
-# the products load their first two weight tiles (not one) before waiting for the previous kernel (A/B knob)
-PRELOAD_TWO = False
-
-
-def pdl_args(small: bool = False) -> dict:
-    """The PDL constexpr and launch option of every Triton kernel of the CUDA path; small: a short kernel."""
-    if not PDL_MODE:
-        return {"PDL": 0}
-    return {"PDL": 3 if small and SMALL_EARLY and PDL_MODE == 1 else PDL_MODE, "launch_pdl": True}
+def pdl_args() -> dict:
+    """The PDL constexpr and launch option of every Triton kernel of the CUDA path."""
+    return {"PDL": PDL_MODE, "launch_pdl": True} if PDL_MODE else {"PDL": 0}
 
 if not INTERPRET:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -53,11 +42,8 @@ else:  # the interpreter has no grid dependency control; PDL is off there
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
     """Before reading anything the previous kernel wrote: wait for it (PDL on); mode 2 then lets the next
-    kernel launch (one kernel of lookahead); mode 3 (short kernels) lets it launch first. The next kernel still
-    waits for this one to finish before it reads what this one wrote."""
+    kernel launch (one kernel of lookahead)."""
     if PDL:
-        if PDL == 3:
-            gdc_launch_dependents()
         gdc_wait()
         if PDL == 2:
             gdc_launch_dependents()
@@ -110,12 +96,6 @@ def row_tile(m: int, block_n: int, block_k: int, warps: int, stages: int) -> tup
     if m > 64:
         return 64, 128, min(64, block_k), 4, 3
     return BLOCK_M, block_n, block_k, warps, stages
-
-
-def _preload(k_slice: int, block_n: int, block_k: int) -> int:
-    """Weight tiles a program loads before its PDL wait: two with PRELOAD_TWO when the slice has two and the tiles
-    are small enough to hold in registers (the lm_head's 128 x 128 tiles are not: 255 registers), else one."""
-    return 2 if PRELOAD_TWO and k_slice >= 2 * block_k and block_n * block_k <= 64 * 128 else 1
 
 
 def pick_config(n: int, k: int) -> tuple[int, int, int, int, int]:
@@ -177,7 +157,7 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
 def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
                  K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, PRELOAD: tl.constexpr = 1):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
@@ -190,17 +170,12 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     rmask = rows < M
     wmask = wrows < (2 * N if SILU else N)
     k_begin = pid_s * K_SLICE
-    # the first weight tiles do not depend on the previous kernel: load them before waiting for that kernel
+    # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
-    if PRELOAD == 2:
-        w2 = _load_w(w_ptr, wrows, wmask, k_begin + BLOCK_K + ks, k_begin + BLOCK_K + ks < K, stride_wn)
     pdl_wait(PDL)
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
-    if PRELOAD == 2:
-        x = _load_x(x_ptr, rows, rmask, k_begin + BLOCK_K + ks, k_begin + BLOCK_K + ks < K, stride_xm)
-        acc = _mma(acc, x, w2, IEEE)
-    for k0 in range(PRELOAD * BLOCK_K, K_SLICE, BLOCK_K):
+    for k0 in range(BLOCK_K, K_SLICE, BLOCK_K):
         kk = k_begin + k0 + ks
         kmask = kk < K
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
@@ -261,8 +236,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
                        res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       SPLIT_K=split_k, PRELOAD=_preload(k // split_k, block_n, block_k),
-                       num_warps=warps, num_stages=stages, **pdl_args())
+                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **pdl_args())
     return out
 
 

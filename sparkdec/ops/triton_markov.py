@@ -83,7 +83,7 @@ def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch
                                                      **pdl_args())
     chunk = 1024
     _argmax_kernel[(b,)](pmax, pidx, prev, drafts_col, drafts_col.stride(0), n_tiles, CHUNK=chunk,
-                         CHUNKS=triton.cdiv(n_tiles, chunk), **pdl_args(small=True))
+                         CHUNKS=triton.cdiv(n_tiles, chunk), **pdl_args())
 
 
 # the whole chain (markov_chain): each slot's kernel has CHAIN_PROGRAMS programs, each walking a contiguous range of
@@ -197,7 +197,7 @@ def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: t
     pmax, pidx = parts[(gamma - 1) % 2]
     scratch = torch.empty(b, dtype=torch.int64, device=u.device)
     _argmax_kernel[(b,)](pmax, pidx, scratch, drafts[:, gamma - 1], drafts.stride(0), programs, CHUNK=chunk,
-                         CHUNKS=triton.cdiv(programs, chunk), **pdl_args(small=True))
+                         CHUNKS=triton.cdiv(programs, chunk), **pdl_args())
 
 
 def supported(w1: torch.Tensor) -> bool:
