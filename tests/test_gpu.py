@@ -220,3 +220,12 @@ def test_prompt_rows_do_not_depend_on_chunking():
     mixed = paged_attention(torch.cat([gen, q[251:]]), kc, vc, build_context(rows, ps, "cuda", 2), d ** -0.5)
     assert torch.equal(mixed[3:], whole[251:])
 
+
+
+def test_lookahead_equals_ordinary_rounds_with_graphs(target):
+    """Plain greedy decoding one step ahead (engine/lookahead.py, graphs, double-buffered staging, device-fed
+    inputs) emits the tokens of the ordinary synchronous round, with sequences of different lengths."""
+    params = [SamplingParams(max_tokens=40 + 50 * i, ignore_eos=True) for i in range(len(PROMPTS))]
+    ahead = LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, params)
+    plain = LLM(model=str(target), device="cuda", dtype="bfloat16", lookahead=False).generate(PROMPTS, params)
+    assert [o.token_ids for o in ahead] == [o.token_ids for o in plain]

@@ -59,12 +59,13 @@ class TargetGraphs:
         self.tiers = tiers
         t, pages = max(tiers), -(-max_positions // self.page_size)
         self.max_seqs = max_seqs
-        # NOTE: all per-round row metadata goes through one pinned host buffer and one copy (ids, positions,
-        # slots, row -> sequence, keys per row, row blocks); the graph reads views of the device copy. The host rewrites
-        # the buffer only in the next round, after runner.verify's readback synchronised the stream; a round
-        # that overlaps host and device work must double-buffer this (and ProposeGraphs.stage) first.
-        self.stage = pinned(torch.zeros(9, t, dtype=torch.long))
-        self.stage_np = self.stage.numpy()
+        # NOTE: all per-round row metadata goes through a pinned host buffer and one copy (ids, positions,
+        # slots, row -> sequence, keys per row, row blocks); the graph reads views of the device copy. Two buffers,
+        # used in turn: plain decoding one step ahead (engine/lookahead.py) stages step k+1 while the copy of step
+        # k's may still wait in the stream behind step k-1 (ProposeGraphs.stage has one: a round reads back first)
+        self.stages = [pinned(torch.zeros(9, t, dtype=torch.long)) for _ in range(2)]
+        self.stages_np = [s.numpy() for s in self.stages]
+        self._turn = 0
         self.dev_stage = torch.zeros(9, t, dtype=torch.long, device=dev)
         # rows 5 and 6: packed rows that take a draft token, and where in the drafts it is (apply_fill);
         # rows 7 and 8: attention row blocks (first row, rows), -1 / 0 past the last block
@@ -99,7 +100,8 @@ class TargetGraphs:
     def _fill(self, pieces, tables, tier: int | None = None, fill=None) -> int:
         """Stage every row's metadata (and the draft fill map) and copy it to the device in one transfer.
         Returns how many rows take a draft token."""
-        st, ps, at = self.stage_np, self.page_size, 0
+        self._turn ^= 1
+        st, ps, at = self.stages_np[self._turn], self.page_size, 0
         tier = tier or st.shape[1]
         spans = []
         for i, (table, toks, positions) in enumerate(pieces):
@@ -122,7 +124,7 @@ class TargetGraphs:
         if n_fill:
             st[5, :n_fill] = fill[0]
             st[6, :n_fill] = fill[2]
-        self.dev_stage.copy_(self.stage, non_blocking=True)
+        self.dev_stage.copy_(self.stages[self._turn], non_blocking=True)
         self.table_rows.write(tables)
         return n_fill
 
@@ -228,5 +230,5 @@ class ProposeGraphs:
         st[2 * bg + n * g:2 * bg + tier * g] = g
         st[3 * bg:3 * bg + n] = anchors
         st[3 * bg + n:3 * bg + tier] = 0
-        self.dev_stage.copy_(self.stage, non_blocking=True)
+        self.dev_stage.copy_(self.stages[self._turn], non_blocking=True)
         self.table_rows.write(tables, pad_to=tier)

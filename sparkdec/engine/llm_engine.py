@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from sparkdec.engine.kv_cache import BlockManager, KVCache
+from sparkdec.engine.lookahead import Lookahead
 from sparkdec.engine.runner import ModelRunner
 from sparkdec.engine.scheduler import Scheduler
 from sparkdec.engine.sequence import Sequence
@@ -37,6 +38,7 @@ class EngineConfig:
     accept_mode: str = "exact"
     speculative: bool = True
     cuda_graphs: bool = True
+    lookahead: bool = True  # plain greedy decoding queues step k+1 before reading step k (engine/lookahead.py)
     threads: int | None = None  # CPU threads for torch (None: torch's default)
 
 
@@ -86,6 +88,7 @@ class Engine:
                                    headroom=gamma + 1)
         decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
         self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode)
+        self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         self._ids = itertools.count()
 
     def _num_pages(self, cfg: EngineConfig) -> int:
@@ -151,7 +154,7 @@ class Engine:
         if batch.empty:
             return []
         t1 = time.perf_counter()
-        touched = self.rounds.step(batch, self.speculating)
+        touched = self._round(batch)
         t2 = time.perf_counter()
         for seq in touched:
             if seq.finish_reason is not None:
@@ -159,6 +162,16 @@ class Engine:
                 self.scheduler.finish(seq)
         self.rounds.timing["host"] += (t1 - t0) + (time.perf_counter() - t2)  # scheduling and bookkeeping
         return touched
+
+    def _round(self, batch) -> list[Sequence]:
+        """One step ahead when the batch allows (plain greedy decode); a batch that does not first drains the
+        pending step, and is scheduled again next call (its sequences' host state was one step behind)."""
+        ahead = self.lookahead
+        if ahead is not None and ahead.takes(batch, self.speculating):
+            return ahead.step(batch)
+        if ahead is not None and ahead.pending is not None:
+            return ahead.drain()
+        return self.rounds.step(batch, self.speculating)
 
     def abort(self, request_id: str) -> Sequence | None:
         seq = self.scheduler.abort(request_id)

@@ -126,6 +126,17 @@ class ModelRunner:
         return logits, out
 
     @torch.inference_mode()
+    def decode_tokens(self, pieces, fill=None) -> torch.Tensor:
+        """One row per piece (plain greedy decoding) -> the argmax of each row [n], on the device; no host read.
+        A graph's static output when a graph ran: valid until that graph replays again."""
+        n = len(pieces)
+        tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
+        if tier is not None:
+            return self.graphs.run(pieces, tier, fill)[1][:n]
+        hidden, _ = self.target_forward(pieces, fill)
+        return self.logits(hidden).argmax(-1)
+
+    @torch.inference_mode()
     def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None,
                        prompt_from: int | None = None) -> tuple[torch.Tensor, ForwardContext]:
         """pieces: per sequence (block_table, token ids, positions), causal rows; pieces from prompt_from on are

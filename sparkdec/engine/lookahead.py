@@ -1,0 +1,92 @@
+"""Plain greedy decoding one step ahead: step k+1 is queued from step k's tokens on the device before the host reads
+step k, so the host's scheduling, commits and staging overlap the device's forward instead of leaving it idle.
+
+Used when every sequence of a decode-only batch decodes plainly and greedily. A step queued for a sequence that
+step k then finished (EOS, stop string, limit, abort) is computed and thrown away; its K/V goes to the sequence's
+own pages, which are released only after it (the device runs in order). Any other batch (prompt chunks, sampling,
+speculation, new sequences) first drains the pending step and the engine takes the ordinary round next call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sparkdec.engine.graphs import pinned
+from sparkdec.engine.scheduler import Batch
+from sparkdec.engine.sequence import Sequence, Status
+from sparkdec.spec.commit import commit_tokens
+
+
+@dataclass
+class PendingStep:
+    seqs: list[Sequence]
+    positions: list[int]  # each sequence's row position in this step
+    tokens: torch.Tensor  # [n] the step's tokens on the device (the next step's inputs)
+    host: torch.Tensor  # [n] their host copy, complete once `done` is
+    done: torch.cuda.Event | None  # None: the copy is already complete (CPU)
+
+
+class Lookahead:
+    def __init__(self, runner, decode):
+        self.runner, self.decode = runner, decode
+        self.pending: PendingStep | None = None
+        self._host: list[torch.Tensor] = []  # two readback buffers: step k+1 is queued before step k is read
+        self._flip = 0
+
+    def takes(self, batch: Batch, speculating) -> bool:
+        """Does this batch decode one step ahead (decode-only, plain, greedy, every sequence in the pending step)?"""
+        if batch.prefill or not batch.decode:
+            return False
+        if any(speculating(s) or not s.params.greedy for s in batch.decode):
+            return False
+        return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)
+
+    def step(self, batch: Batch) -> list[Sequence]:
+        """Queue the next step for the batch, then commit the pending one -> sequences that changed."""
+        prev = self.pending
+        seqs = batch.decode
+        if prev is None:  # the first step: inputs from the host
+            positions = [s.anchor_position for s in seqs]
+            pieces = [(s.block_table, [s.anchor], [p]) for s, p in zip(seqs, positions)]
+            fill = None
+        else:
+            where = {id(s): i for i, s in enumerate(prev.seqs)}
+            src = [where[id(s)] for s in seqs]
+            positions = [prev.positions[i] + 1 for i in src]
+            pieces = [(s.block_table, [0], [p]) for s, p in zip(seqs, positions)]
+            fill = (list(range(len(seqs))), prev.tokens, src)  # step k's tokens into step k+1's rows, on the device
+        self.pending = self._launch(seqs, positions, pieces, fill)
+        return self._commit(prev) if prev is not None else []
+
+    def drain(self) -> list[Sequence]:
+        """Commit the pending step (nothing new is queued) -> sequences that changed."""
+        prev, self.pending = self.pending, None
+        return self._commit(prev) if prev is not None else []
+
+    def _launch(self, seqs, positions, pieces, fill) -> PendingStep:
+        tokens = self.runner.decode_tokens(pieces, fill)
+        n = len(seqs)
+        if tokens.device.type != "cuda":
+            return PendingStep(seqs, positions, tokens, tokens, None)
+        if not self._host or self._host[0].numel() < n:
+            self._host = [pinned(torch.zeros(max(n, 64), dtype=torch.long)) for _ in range(2)]
+        self._flip ^= 1
+        host = self._host[self._flip][:n]
+        host.copy_(tokens, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return PendingStep(seqs, positions, tokens, host, done)
+
+    def _commit(self, step: PendingStep) -> list[Sequence]:
+        if step.done is not None:
+            step.done.synchronize()
+        tokens = step.host.tolist()
+        touched = []
+        for seq, pos, token in zip(step.seqs, step.positions, tokens):
+            if seq.status == Status.FINISHED or seq.finish_reason is not None:
+                continue  # finished by an earlier step (or aborted): this step's token is thrown away
+            commit_tokens(seq, [token], self.decode)
+            seq.num_computed = pos + 1
+            touched.append(seq)
+        return touched

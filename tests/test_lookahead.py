@@ -1,0 +1,65 @@
+"""Plain greedy decoding one step ahead (engine/lookahead.py) emits exactly what the ordinary round emits: limits, stop
+ids, EOS, stop strings, sequences joining, leaving and aborted mid-run, sampled sequences beside greedy ones."""
+from __future__ import annotations
+
+import pytest
+
+from sparkdec import LLM, SamplingParams
+from sparkdec.engine.llm_engine import EngineConfig
+
+PROMPTS = [[1, 2, 3], [5] * 30, list(range(10, 60)), [7, 8], list(range(100, 111))]
+
+
+@pytest.fixture(scope="module")
+def pair(targets):
+    path = str(targets["untied_gqa4_odd_vocab"])
+    return LLM(model=path, device="cpu"), LLM(model=path, device="cpu", lookahead=False)
+
+
+def outputs(llm, prompts, params):
+    return [(o.token_ids, o.finish_reason) for o in llm.generate(prompts, params)]
+
+
+def test_lookahead_is_on_by_default_and_used(pair):
+    ahead, plain = pair
+    assert EngineConfig().lookahead and ahead.engine.lookahead is not None and plain.engine.lookahead is None
+    ahead.generate([PROMPTS[0]], SamplingParams(max_tokens=5, ignore_eos=True))
+    assert ahead.engine.lookahead.pending is not None  # the last queued step, thrown away
+
+
+def test_same_tokens_with_limits_stop_ids_and_eos(pair):
+    ahead, plain = pair
+    free = plain.generate([PROMPTS[2]], SamplingParams(max_tokens=12, ignore_eos=True))[0].token_ids
+    stop_id = free[6]  # a token the sequence reaches mid-run
+    params = [SamplingParams(max_tokens=3 + 4 * i, ignore_eos=True) for i in range(len(PROMPTS))]
+    params[2] = SamplingParams(max_tokens=30, stop_token_ids=[stop_id], ignore_eos=True)
+    params[4] = SamplingParams(max_tokens=25)  # EOS ends it if the model emits one
+    assert outputs(ahead, PROMPTS, params) == outputs(plain, PROMPTS, params)
+    assert outputs(ahead, [PROMPTS[2]], params[2])[0][1] == "stop"
+
+
+def test_same_tokens_when_sequences_join_leave_and_abort(pair):
+    ahead, plain = pair
+    results = []
+    for llm in pair:
+        eng = llm.engine
+        first = eng.add_request(PROMPTS[0], SamplingParams(max_tokens=25, ignore_eos=True))
+        gone = eng.add_request(PROMPTS[1], SamplingParams(max_tokens=40, ignore_eos=True), request_id="gone")
+        late, steps = None, 0
+        while eng.has_unfinished():
+            eng.step()
+            steps += 1
+            if steps == 4:
+                late = eng.add_request(PROMPTS[3], SamplingParams(max_tokens=10, ignore_eos=True))
+            if steps == 9:
+                eng.abort("gone")
+        results.append((first.output_ids, late.output_ids, gone.finish_reason))
+    assert results[0] == results[1]
+    assert results[0][2] == "abort"
+
+
+def test_sampled_sequences_beside_greedy_ones(pair):
+    params = [SamplingParams(max_tokens=15, ignore_eos=True),
+              SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.8, seed=3)]
+    ahead, plain = pair
+    assert outputs(ahead, PROMPTS[:2], params) == outputs(plain, PROMPTS[:2], params)
