@@ -230,5 +230,5 @@ class ProposeGraphs:
         st[2 * bg + n * g:2 * bg + tier * g] = g
         st[3 * bg:3 * bg + n] = anchors
         st[3 * bg + n:3 * bg + tier] = 0
-        self.dev_stage.copy_(self.stages[self._turn], non_blocking=True)
+        self.dev_stage.copy_(self.stage, non_blocking=True)
         self.table_rows.write(tables, pad_to=tier)
