@@ -91,6 +91,7 @@ def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch
 # those partials themselves (no argmax launch between slots). False: markov_step per slot (the A/B baseline).
 CHAIN = True
 CHAIN_PROGRAMS = 264
+CHAIN_STAGES = 3  # pipelined W2 tiles in flight per program
 
 
 @triton.jit
@@ -193,7 +194,7 @@ def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: t
             anchors, ppmax, ppidx, drafts[:, max(k - 1, 0)], drafts.stride(0), w1, w2, u[:, k], z[:, k], pmax, pidx,
             b, v, u.stride(0), z.stride(0), TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
             CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32, num_warps=STEP_WARPS,
-            num_stages=3, **pdl_args())
+            num_stages=CHAIN_STAGES, **pdl_args())
     pmax, pidx = parts[(gamma - 1) % 2]
     scratch = torch.empty(b, dtype=torch.int64, device=u.device)
     _argmax_kernel[(b,)](pmax, pidx, scratch, drafts[:, gamma - 1], drafts.stride(0), programs, CHUNK=chunk,
