@@ -229,3 +229,18 @@ def test_lookahead_equals_ordinary_rounds_with_graphs(target):
     ahead = LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, params)
     plain = LLM(model=str(target), device="cuda", dtype="bfloat16", lookahead=False).generate(PROMPTS, params)
     assert [o.token_ids for o in ahead] == [o.token_ids for o in plain]
+
+
+def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs():
+    """Greedy speculative rounds with the next propose staged on the device and queued before the readback
+    (spec/chain.py, ProposeGraphs.run_device) draft, verify and accept exactly what the ordinary rounds do, on the
+    shipped tiny pair in bf16 with graphs; sequences of different lengths finish mid-run."""
+    keys = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n"]
+    params = [SamplingParams(max_tokens=90 + 40 * i, ignore_eos=True) for i in range(3)]
+    runs = []
+    for ahead in (True, False):
+        outs = LLM(device="cuda", dtype="bfloat16", lookahead=ahead).generate(prompts, params, trace=True)
+        runs.append([(o.token_ids, [{k: r[k] for k in keys} for r in o.rounds]) for o in outs])
+    assert runs[0] == runs[1]
+    assert sum(x["num_accepted"] for _, rounds in runs[0] for x in rounds) > 50

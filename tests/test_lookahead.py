@@ -63,3 +63,42 @@ def test_sampled_sequences_beside_greedy_ones(pair):
               SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.8, seed=3)]
     ahead, plain = pair
     assert outputs(ahead, PROMPTS[:2], params) == outputs(plain, PROMPTS[:2], params)
+
+
+ROUND_KEYS = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
+
+
+@pytest.fixture(scope="module")
+def spec_pair():
+    """The shipped tiny pair, speculative, with and without the next propose queued ahead (spec/chain.py)."""
+    return LLM(device="cpu"), LLM(device="cpu", lookahead=False)
+
+
+def traced(llm, prompts, params):
+    outs = llm.generate(prompts, params, trace=True)
+    return [(o.token_ids, [{k: r[k] for k in ROUND_KEYS} for r in o.rounds]) for o in outs]
+
+
+def test_propose_queued_ahead_drafts_what_the_ordinary_round_drafts(spec_pair):
+    """Every round's drafts, verify lengths and acceptances are the same: the propose queued from the device's
+    acceptance ran at the position and anchor the host then committed (a wrong one would change the drafts)."""
+    ahead, plain = spec_pair
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n"]
+    params = [SamplingParams(max_tokens=60 + 20 * i, ignore_eos=True) for i in range(3)]
+    got, want = traced(ahead, prompts, params), traced(plain, prompts, params)
+    assert got == want
+    assert sum(len(r) for _, r in got) > 20 and any(x["num_accepted"] for _, r in got for x in r)
+    assert ahead.engine.rounds.pending is not None  # the last queued propose, thrown away
+
+
+def test_propose_queued_ahead_under_simulated_acceptance(spec_pair):
+    from sparkdec.spec.simulate import SimulatedAcceptance
+
+    runs = []
+    for llm in spec_pair:
+        llm.engine.rounds.simulate = SimulatedAcceptance(3)
+        try:
+            runs.append(traced(llm, ["The standard library provides"], SamplingParams(max_tokens=40, ignore_eos=True)))
+        finally:
+            llm.engine.rounds.simulate = None
+    assert runs[0] == runs[1] and all(r["num_accepted"] == 2 for r in runs[0][0][1][:-1])

@@ -217,6 +217,27 @@ class ProposeGraphs:
         graph.replay()
         return out
 
+    def run_device(self, tables: list[list[int]], anchors: torch.Tensor, anchor_positions: torch.Tensor, tier: int):
+        """run() with anchors and anchor positions [n] on the device (spec/chain.py): the rows are staged by device
+        ops (the values _fill would write), with no host read."""
+        g, n, ps = self.gamma, len(tables), self.page_size
+        self.table_rows.write(tables, pad_to=tier)
+        k = torch.arange(g, device=anchors.device)
+        pos = anchor_positions[:, None] + k[None, :]  # [n, γ]
+        pages = self.tables[:n].gather(1, torch.div(pos, ps, rounding_mode="floor"))
+        self.positions[:n * g].copy_(pos.reshape(-1))
+        self.slots[:n * g].copy_((pages * ps + pos % ps).reshape(-1))
+        self.row_len[:n * g].copy_((anchor_positions + g)[:, None].expand(n, g).reshape(-1))
+        self.anchors[:n].copy_(anchors)
+        if n < tier:  # padding rows, as _fill writes them
+            self.positions[n * g:tier * g].zero_()
+            self.slots[n * g:tier * g].fill_(self.trash_slot)
+            self.row_len[n * g:tier * g].fill_(g)
+            self.anchors[n:tier].zero_()
+        graph, out = self.graphs[tier]
+        graph.replay()
+        return out
+
     def _fill(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int) -> None:
         g, n, ps, bg = self.gamma, len(anchors), self.page_size, self.positions.shape[0]
         st = self.stage_np

@@ -38,7 +38,9 @@ class EngineConfig:
     accept_mode: str = "exact"
     speculative: bool = True
     cuda_graphs: bool = True
-    lookahead: bool = True  # plain greedy decoding queues step k+1 before reading step k (engine/lookahead.py)
+    # plain greedy decoding queues step k+1 before reading step k (engine/lookahead.py); greedy speculative rounds
+    # queue the next propose before reading the round back (spec/chain.py)
+    lookahead: bool = True
     threads: int | None = None  # CPU threads for torch (None: torch's default)
 
 
@@ -87,7 +89,8 @@ class Engine:
         self.scheduler = Scheduler(self.blocks, cfg.max_num_seqs, max(cfg.max_batched_tokens, (gamma + 1) * cfg.max_num_seqs),
                                    headroom=gamma + 1)
         decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
-        self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode)
+        self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode,
+                                  ahead=cfg.lookahead)
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         self._ids = itertools.count()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from sparkdec.engine.context import ForwardContext, build_context
+from sparkdec.engine.graphs import pinned
 from sparkdec.engine.kv_cache import KVCache
 
 
@@ -54,6 +55,7 @@ class ModelRunner:
         self.max_positions = max_positions
         self.graphs = None
         self.propose_graphs = None
+        self._readback: dict = {}  # pinned host buffers of the round's one read, by dtype
         target.setup_rope(max_positions, device)
         self.tap_layers: tuple[int, ...] = ()
         self.draft_kv = None
@@ -93,7 +95,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None,
-               mark=None):
+               mark=None, before_read=None):
         """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
         ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
@@ -101,6 +103,8 @@ class ModelRunner:
         logit rows followed by each readback tensor, flattened: one device->host read for all of them.
         prompt_from: index of the first piece that is a prompt chunk (all later pieces are too).
         mark: called once the forward is queued, before the readback (benchmarks record a CUDA event there).
+        before_read(first): called with the argmax of the packed rows (device) once the readback is queued and
+        before waiting for it (spec/chain.py queues the next propose there).
         Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
         prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
@@ -117,13 +121,31 @@ class ModelRunner:
         if mark is not None:
             mark()
         # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
-        host = (torch.cat([first.float()] + [t.float().reshape(-1) for t in readback]) if readback else first).tolist()
+        flat = torch.cat([first.float()] + [t.float().reshape(-1) for t in readback]) if readback else first
+        host = self._read(flat, lambda: before_read(first) if before_read is not None else None)
         at = first.numel()
         out = [[int(host[r]) for r in logit_rows] if tier is not None else [int(x) for x in host[:at]]]
         for t in readback:
             out.append(host[at:at + t.numel()])
             at += t.numel()
         return logits, out
+
+    def _read(self, flat: torch.Tensor, meanwhile) -> list:
+        """flat's values on the host; meanwhile() runs after the copy is queued, before waiting for it (its work
+        queues behind the copy, so the wait does not include it)."""
+        if flat.device.type != "cuda":
+            meanwhile()
+            return flat.tolist()
+        buf = self._readback.get(flat.dtype)
+        if buf is None or buf.numel() < flat.numel():
+            buf = self._readback[flat.dtype] = pinned(torch.empty(max(flat.numel(), 4096), dtype=flat.dtype))
+        host = buf[:flat.numel()]
+        host.copy_(flat, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        meanwhile()
+        done.synchronize()
+        return host.tolist()
 
     @torch.inference_mode()
     def decode_tokens(self, pieces, fill=None) -> torch.Tensor:
@@ -165,6 +187,17 @@ class ModelRunner:
         ids[:, 0] = anchors
         h = self.drafter.block_hidden(ids.view(-1), ctx, self.draft_kv.layers)  # [B*γ, d]
         return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick, greedy)
+
+    @torch.inference_mode()
+    def propose_from_device(self, tables: list[list[int]], anchors: torch.Tensor, anchor_positions: torch.Tensor):
+        """The greedy propose with anchors and anchor positions [B] already on the device (spec/chain.py): the graph
+        is staged on the device, with no host read; without a graph, the eager propose (reads them back)."""
+        n = len(tables)
+        tier = self.propose_graphs.tier_for(n) if self.propose_graphs is not None else None
+        if tier is not None:
+            drafts, z, conf = self.propose_graphs.run_device(tables, anchors, anchor_positions, tier)
+            return drafts[:n], z[:n], conf[:n]
+        return self.propose(tables, anchors.tolist(), anchor_positions.tolist(), lambda z, k: z.argmax(-1), greedy=True)
 
     @torch.inference_mode()
     def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick, greedy: bool = False):

@@ -12,14 +12,17 @@ from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_token
+from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
 
 
 class RoundRunner:
-    def __init__(self, runner, policy, accept_mode: str, decode):
+    def __init__(self, runner, policy, accept_mode: str, decode, ahead: bool = True):
         self.runner, self.policy, self.accept_mode, self.decode = runner, policy, accept_mode, decode
+        self.ahead = ahead  # greedy rounds queue the next propose before the host reads back (spec/chain.py)
+        self.pending: PendingPropose | None = None
         self.timing = {"propose": 0.0, "verify": 0.0, "accept": 0.0, "host": 0.0, "steps": 0}
         self.simulate = None  # spec.simulate.SimulatedAcceptance: benchmarks only
         # benchmarks only: a list that collects (start, proposed, verified) CUDA events per speculative round,
@@ -69,7 +72,9 @@ class RoundRunner:
         dec = batch.decode
         spec = [s for s in dec if speculating(s)]
         events = self._events() if spec else None
-        drafts_dev, z, conf_dev = self.propose(spec) if spec else (None, None, None)
+        pending, self.pending = self.pending, None
+        queued = pending.take(spec) if pending is not None and spec else None
+        drafts_dev, z, conf_dev = queued or (self.propose(spec) if spec else (None, None, None))
         if events:
             events[1].record()
         ells = self._verify_lengths(spec, conf_dev) if spec else []
@@ -102,7 +107,8 @@ class RoundRunner:
         # NOTE: the one device->host read of the round: verify argmax, drafts and confidences together
         prompt_from = len(dec) if batch.prefill and context.PREFILL_KERNEL else None  # the first prompt piece
         mark = events[2].record if events else None
-        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark)
+        ahead = self._propose_ahead(spec, spans, drafts_dev) if self._chains(dec, spec) else None
+        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead)
         argmax = host[0]
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
@@ -127,6 +133,26 @@ class RoundRunner:
         t3 = time.perf_counter()
         self._time(t0, t1, t2, t3)
         return touched
+
+    def _chains(self, dec: list[Sequence], spec: list[Sequence]) -> bool:
+        """Can the next round's propose be queued before this round is read back? Every decode sequence speculates
+        greedily (acceptance the device can reproduce) and no verify length waits for the confidences."""
+        return (self.ahead and bool(spec) and len(spec) == len(dec) and all(s.params.greedy for s in spec)
+                and not any(self.policy_for(s).min_confidence for s in spec))
+
+    def _propose_ahead(self, spec: list[Sequence], spans, drafts_dev):
+        """-> before_read(first) for runner.verify: the device's acceptance of this round, then the next propose."""
+        rows = [r0 for seq, r0, n, i in spans if i is not None]
+        ells = [n - 1 for seq, r0, n, i in spans if i is not None]
+        starts = [s.anchor_position for s in spec]
+        al = self.simulate.acceptance_length if self.simulate is not None else None
+
+        def before_read(first: torch.Tensor) -> None:
+            vals = torch.tensor([rows, ells, starts], dtype=torch.long).to(first.device, non_blocking=True)
+            anchors, positions = device_accept(first, drafts_dev, vals[0], vals[1], vals[2], al)
+            out = self.runner.propose_from_device([s.block_table for s in spec], anchors, positions)
+            self.pending = PendingPropose(list(spec), *out)
+        return before_read
 
     def _events(self) -> list | None:
         """Three CUDA timing events for this round when the device timeline is being collected; the first is

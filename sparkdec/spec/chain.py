@@ -1,0 +1,51 @@
+"""Greedy speculative rounds one propose ahead: once round k's verify is queued, the device works out each sequence's
+accepted drafts, next anchor and next position (as the host's greedy or simulated acceptance will), and round k+1's
+propose is queued from them before the host reads round k back. The host's accept, commit and the staging of the
+next verify then overlap that propose instead of leaving the device idle between rounds.
+
+A propose queued for a sequence that round k finished is never used; a next round whose sequences are not all in
+the queued propose drops it and proposes as usual (the same drafter block rows are rewritten).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sparkdec.engine.sequence import Sequence
+
+
+@dataclass
+class PendingPropose:
+    seqs: list[Sequence]
+    drafts: torch.Tensor  # [B, γ] on the device
+    z: torch.Tensor  # [B, γ, V]
+    conf: torch.Tensor  # [B, γ]
+
+    def take(self, spec: list[Sequence]):
+        """(drafts, z, conf) rows of these sequences, in their order, or None when one of them was not proposed."""
+        where = {id(s): i for i, s in enumerate(self.seqs)}
+        if any(id(s) not in where for s in spec):
+            return None
+        idx = [where[id(s)] for s in spec]
+        if idx == list(range(len(spec))):
+            return self.drafts[:len(spec)], self.z[:len(spec)], self.conf[:len(spec)]
+        sel = torch.tensor(idx, device=self.drafts.device)
+        return self.drafts[sel], self.z[sel], self.conf[sel]
+
+
+def device_accept(first: torch.Tensor, drafts: torch.Tensor, rows: torch.Tensor, ells: torch.Tensor,
+                  starts: torch.Tensor, simulate_al: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Round k's outcome on the device. first [T]: argmax of the verify's packed rows; drafts [B, γ]; rows [B]: each
+    sequence's anchor row; ells [B]: drafts verified; starts [B]: anchor positions. -> (next anchors [B], next
+    anchor positions [B]): greedy acceptance keeps the drafts that equal the target's argmax up to the first
+    mismatch (spec/verify.py accept_greedy); simulated acceptance keeps min(AL - 1, ℓ) (spec/simulate.py)."""
+    g = drafts.shape[1]
+    k = torch.arange(g, device=drafts.device)
+    if simulate_al is None:
+        at = (rows[:, None] + k[None, :]).clamp(max=first.numel() - 1)  # [B, γ]
+        match = (drafts == first[at]) & (k[None, :] < ells[:, None])
+        accepted = match.to(torch.int64).cumprod(1).sum(1)
+    else:
+        accepted = torch.clamp(ells, max=simulate_al - 1)
+    return first[rows + accepted], starts + accepted + 1
