@@ -21,6 +21,7 @@ class PendingPropose:
     drafts: torch.Tensor  # [B, γ] on the device
     z: torch.Tensor  # [B, γ, V]
     conf: torch.Tensor  # [B, γ]
+    events: list | None = None  # benchmarks: (start, proposed, verified) CUDA events, the first two recorded
 
     def take(self, spec: list[Sequence]):
         """(drafts, z, conf) rows of these sequences, in their order, or None when one of them was not proposed."""

@@ -71,12 +71,18 @@ class RoundRunner:
         t0 = time.perf_counter()
         dec = batch.decode
         spec = [s for s in dec if speculating(s)]
-        events = self._events() if spec else None
         pending, self.pending = self.pending, None
         queued = pending.take(spec) if pending is not None and spec else None
-        drafts_dev, z, conf_dev = queued or (self.propose(spec) if spec else (None, None, None))
+        if queued is not None:  # proposed during the last round's readback: its events were recorded then
+            drafts_dev, z, conf_dev = queued
+            events = pending.events
+        else:
+            events = self._events() if spec else None
+            drafts_dev, z, conf_dev = self.propose(spec) if spec else (None, None, None)
+            if events:
+                events[1].record()
         if events:
-            events[1].record()
+            self.device_events.append(events)
         ells = self._verify_lengths(spec, conf_dev) if spec else []
         t1 = time.perf_counter()
         gamma = drafts_dev.shape[1] if spec else 0
@@ -148,20 +154,22 @@ class RoundRunner:
         al = self.simulate.acceptance_length if self.simulate is not None else None
 
         def before_read(first: torch.Tensor) -> None:
+            events = self._events()
             vals = torch.tensor([rows, ells, starts], dtype=torch.long).to(first.device, non_blocking=True)
             anchors, positions = device_accept(first, drafts_dev, vals[0], vals[1], vals[2], al)
             out = self.runner.propose_from_device([s.block_table for s in spec], anchors, positions)
-            self.pending = PendingPropose(list(spec), *out)
+            if events:
+                events[1].record()
+            self.pending = PendingPropose(list(spec), *out, events)
         return before_read
 
     def _events(self) -> list | None:
-        """Three CUDA timing events for this round when the device timeline is being collected; the first is
-        recorded now (before the propose)."""
+        """Three CUDA timing events (start, proposed, verified) for a round when the device timeline is being
+        collected; the first is recorded now (before the propose). The round that uses them collects them."""
         if self.device_events is None or not torch.cuda.is_available():
             return None
         events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         events[0].record()
-        self.device_events.append(events)
         return events
 
     def policy_for(self, seq: Sequence):
