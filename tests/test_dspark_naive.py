@@ -173,6 +173,9 @@ def record_proposals(llm: LLM) -> list[dict]:
     """Wrap the engine's propose so every call (one per round, batched over sequences) is recorded together
     with the sequences it served and their committed length at that moment."""
     rounds, runner = llm.engine.rounds, llm.engine.runner
+    # NOTE: every propose through RoundRunner.propose: no propose queued ahead during the readback (spec/chain.py;
+    # tests/test_lookahead.py checks that one drafts exactly what this one drafts)
+    rounds.ahead = False
     inner_round, inner_runner = rounds.propose, runner.propose
     calls, current = [], {}
 
