@@ -1,5 +1,8 @@
 """Host time of one Engine.step on CPU with fake CUDA graphs (the model forward stubbed): where the round's
-non-device time goes. usage: python scripts/host_profile.py plain|spec [B] [stop] [--cprofile]
+non-device time goes. usage: python scripts/host_profile.py plain|spec [B] [stop] [--cprofile] [--no-ahead]
+NOTE: with the lookahead on (the default), a speculative round also runs the device-side acceptance and propose
+staging of spec/chain.py, which here execute on the CPU; on a GPU they are queued, so --no-ahead gives the
+comparable host figure.
 """
 import sys, time, functools, cProfile, pstats, io, statistics
 import torch
@@ -25,7 +28,7 @@ S = S + S[len(seq.prompt_ids):] * 8
 del real
 
 cfg = EngineConfig(model=str(DEFAULT_PAIR / "target"), draft=str(DEFAULT_PAIR / "draft") if MODE == "spec" else None,
-                   device="cpu", threads=1, max_num_seqs=64)
+                   device="cpu", threads=1, max_num_seqs=64, lookahead="--no-ahead" not in sys.argv)
 eng = Engine(cfg)
 r = eng.runner
 V = eng.target_cfg.vocab_size
