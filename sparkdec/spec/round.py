@@ -81,7 +81,7 @@ class RoundRunner:
             drafts_dev, z, conf_dev = self.propose(spec) if spec else (None, None, None)
             if events:
                 events[1].record()
-        if events:
+        if events and self.device_events is not None:
             self.device_events.append(events)
         ells = self._verify_lengths(spec, conf_dev) if spec else []
         t1 = time.perf_counter()
