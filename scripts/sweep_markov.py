@@ -10,24 +10,9 @@ import sys
 import torch
 
 from sparkdec.ops import triton_markov as tm
+from sweep_gemm import graph_time  # scripts/: CUDA-graph timing, µs per call
 
 V, R, GAMMA = 151936, 256, 7
-
-
-def timed(fn, reps: int = 50) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        graph.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps * 1e3  # us per chain
 
 
 def main(out_path: str) -> None:
@@ -44,7 +29,8 @@ def main(out_path: str) -> None:
     for block_v, stages, programs, warps in itertools.product((64, 128), (2, 3, 4), (132, 264, 396, 528), (4, 8)):
         tm.BLOCK_V, tm.CHAIN_STAGES, tm.CHAIN_PROGRAMS, tm.STEP_WARPS = block_v, stages, programs, warps
         try:
-            us = timed(lambda: tm.markov_chain(anchors, w1, w2, u, z, drafts))
+            # one copy: each slot streams all of W2 (78 MB), far past L2
+            us = graph_time(lambda i: tm.markov_chain(anchors, w1, w2, u, z, drafts), copies=1, reps=50)
         except Exception as exc:  # e.g. out of shared memory
             rows.append({"block_v": block_v, "stages": stages, "programs": programs, "warps": warps, "error": repr(exc)[:200]})
             continue
