@@ -4,7 +4,7 @@ and attention-split variants it first ran are in benchmarks/results/l2_prefetch_
 
 usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all;
 name#2 runs a variant again, interleaved with the others, to see the run-to-run spread; AB_CONTEXTS=1024 picks the
-contexts, default 1024,8192)
+contexts, default 1024,8192; AB_PROPOSE_ONLY=1 builds only the speculative engine and times the propose)
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import sys
 
 import torch
 
-from sparkdec.bench.kernels import copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_time
+from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
+                                    propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
 from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
@@ -37,7 +38,10 @@ VARIANTS = {
     "chain_132": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 132},
     "chain_264": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 264},
     "chain_396": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 396},
+    "chain_pingpong": {(triton_markov, "CHAIN_PINGPONG"): True},
+    "chain_forward": {(triton_markov, "CHAIN_PINGPONG"): False},
 }
+PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 
 
 def run_variant(models, ctx: int, overrides: dict) -> dict:
@@ -46,11 +50,11 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
         setattr(mod, name, value)
     try:
         res = {}
-        for spec in (False, True):
+        for spec in (True,) if PROPOSE_ONLY else (False, True):
             eng = make_engine(models, ctx, spec=spec)
             seq = prefill(eng, ctx, 200)
             if spec:  # the propose graph (greedy drafts)
-                res["propose_ms"] = propose_time(eng, seq)
+                res.update(propose_ms=propose_time(eng, seq), propose_replay_ms=propose_replay_ms(eng, seq))
             else:
                 res.update(decode_ms=decode_ms(eng, seq, 64), replay1_ms=graph_replay_ms(eng, seq),
                            replay8_ms=graph_replay_ms(eng, seq, 8))
@@ -75,8 +79,7 @@ def main() -> None:
         for name in names:
             r = run_variant(models, ctx, VARIANTS[name.split("#")[0]])
             results["runs"][f"{name}@{ctx}"] = r
-            print(f"{name:>18} ctx {ctx}: decode {r['decode_ms']:.3f} ms, replay1 {r['replay1_ms']:.3f}, "
-                  f"replay8 {r['replay8_ms']:.3f}, propose {r['propose_ms']:.3f}", flush=True)
+            print(f"{name:>18} ctx {ctx}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
             with open(out, "w") as f:
                 json.dump(results, f, indent=1)
 

@@ -32,19 +32,23 @@ def kernels_of(fn, reps: int = 3) -> list[tuple[str, float, float]]:
 
 
 def summarize(kernels: list[tuple[str, float, float]]) -> dict:
-    per = defaultdict(lambda: [0, 0.0])
+    per = defaultdict(lambda: [0, 0.0, 0.0])
     gaps = []
+    done = kernels[0][1]  # the latest end so far
     for i, (name, start, dur) in enumerate(kernels):
         per[name[:60]][0] += 1
         per[name[:60]][1] += dur
+        # exclusive: how far this kernel pushed the latest end (the spans of all kernels add up to the replay's)
+        per[name[:60]][2] += max(0.0, start + dur - max(start, done))
+        done = max(done, start + dur)
         if i:
             gaps.append(start - (kernels[i - 1][1] + kernels[i - 1][2]))
     span = kernels[-1][1] + kernels[-1][2] - kernels[0][1]
     return {"kernels": len(kernels), "span_us": span, "busy_us": sum(d for _, _, d in kernels),
             "idle_gaps_us": sum(g for g in gaps if g > 0), "overlap_us": -sum(g for g in gaps if g < 0),
             "median_gap_us": sorted(gaps)[len(gaps) // 2] if gaps else 0.0,
-            "per_kernel": {k: {"count": c, "total_us": t, "mean_us": t / c}
-                           for k, (c, t) in sorted(per.items(), key=lambda kv: -kv[1][1])}}
+            "per_kernel": {k: {"count": c, "total_us": t, "mean_us": t / c, "exclusive_us": x, "exclusive_mean_us": x / c}
+                           for k, (c, t, x) in sorted(per.items(), key=lambda kv: -kv[1][1])}}
 
 
 def main(out_path: str) -> None:
@@ -66,7 +70,8 @@ def main(out_path: str) -> None:
         print(f"{name}: {r['kernels']} kernels, span {r['span_us']:.0f} us, busy {r['busy_us']:.0f}, idle gaps "
               f"{r['idle_gaps_us']:.0f}, overlap {r['overlap_us']:.0f}, median gap {r['median_gap_us']:.2f} us")
         for k, v in list(r["per_kernel"].items())[:9]:
-            print(f"   {k:<60} {v['count']:>4} x {v['mean_us']:7.2f} us = {v['total_us']:8.1f}")
+            print(f"   {k:<60} {v['count']:>4} x {v['mean_us']:7.2f} us = {v['total_us']:8.1f}; exclusive "
+                  f"{v['exclusive_us']:8.1f}")
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
 

@@ -66,7 +66,8 @@ def check_markov_step():
     b, v, r, gamma = 3, 300, 32, 5
     w1, w2, u = torch.randn(v, r), torch.randn(v, r), torch.randn(b, gamma, v)
     u[0, 0, 10] = u[0, 0, 200] = u[1, 0, 20] = u[1, 0, 21] = 1e4  # ties across and within tiles: smaller id wins
-    w2[200], w2[21] = w2[10], w2[20]
+    u[2, 1, 40] = u[2, 1, 260] = 1e4  # a tie in a slot whose programs walk their tiles backwards
+    w2[200], w2[21], w2[260] = w2[10], w2[20], w2[40]
     prev, ref_prev = torch.tensor([1, 7, 299]), torch.tensor([1, 7, 299])
     drafts, z = torch.empty(b, gamma, dtype=torch.long), torch.empty(b, gamma, v)
     for k in range(gamma):
@@ -75,7 +76,7 @@ def check_markov_step():
         markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
         close(z[:, k], ref_z)
         assert torch.equal(drafts[:, k], ref_prev) and torch.equal(prev, ref_prev), (k, drafts[:, k], ref_prev)
-    assert drafts[0, 0] == 10 and drafts[1, 0] == 20
+    assert drafts[0, 0] == 10 and drafts[1, 0] == 20 and drafts[2, 1] == 40
     check_markov_chain(w1, w2, u, torch.tensor([1, 7, 299]), z, drafts)
 
 

@@ -99,22 +99,33 @@ def graph_replay_ms(engine: Engine, seq, rows: int = 1) -> float | None:
     pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
     tier = g.tier_for(rows, 1)
     g._fill(pieces, [seq.block_table], tier)
-    graph = g.graphs[tier][0]
-    for _ in range(3):
-        graph.replay()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(20):
-        graph.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / 20
+    return replay_ms(g.graphs[tier][0])
 
 
 def propose_time(engine: Engine, seq) -> float:
     r = engine.runner
     pick = lambda z, k: z.argmax(-1)
     return wall(lambda: r.propose([seq.block_table], [seq.anchor], [seq.anchor_position], pick, greedy=True)[0].tolist()) * 1e3
+
+
+def propose_replay_ms(engine: Engine, seq) -> float:
+    """Device time of the one-sequence propose graph, replayed back to back after one staged run (no host work)."""
+    r = engine.runner
+    r.propose([seq.block_table], [seq.anchor], [seq.anchor_position], lambda z, k: z.argmax(-1), greedy=True)
+    graph = r.propose_graphs.graphs[r.propose_graphs.tier_for(1)][0]
+    return replay_ms(graph)
+
+
+def replay_ms(graph, reps: int = 20) -> float:
+    for _ in range(3):
+        graph.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        graph.replay()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / reps
 
 
 def propose_floor_bytes(engine: Engine) -> int:

@@ -92,6 +92,10 @@ def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch
 CHAIN = True
 CHAIN_PROGRAMS = 264
 CHAIN_STAGES = 3  # pipelined W2 tiles in flight per program
+# odd slots walk their tiles backwards: a slot starts on the W2 tiles the previous slot read last, which are still
+# in L2 (W2 is 78 MB at the released shape, L2 50 MB; walked the same way every time, L2 holds nothing the next
+# slot reads first). Ties go to the smaller id whatever the order, so the bits do not change.
+CHAIN_PINGPONG = True
 
 
 @triton.jit
@@ -138,22 +142,25 @@ def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u
     tl.store(z_ptr + rows[:, None] * stride_z + cols[None, :], z, mask=mask)
     z = tl.where(cmask[None, :], z, float("-inf"))
     m, i = tl.max(z, 1, return_indices=True, return_indices_tie_break_left=True)
-    take = m > best  # a later tile must be strictly larger
-    return tl.where(take, m, best), tl.where(take, t * BLOCK_V + i, best_idx)
+    idx = t * BLOCK_V + i
+    take = (m > best) | ((m == best) & (idx < best_idx))  # ties: the smaller id, whichever tile came first
+    return tl.where(take, m, best), tl.where(take, idx, best_idx)
 
 
 @triton.jit
 def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr,
                   pidx_ptr, B, V, stride_u, stride_z, TILES: tl.constexpr, R: tl.constexpr,
                   BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr, FIRST: tl.constexpr, CHUNK: tl.constexpr,
-                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, REVERSE: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     n_parts = tl.num_programs(0)
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     rs = tl.arange(0, R)
     rmask = rows < B
     t0 = pid * TILES  # TILES tiles per program; the last program's tiles past the vocabulary are masked off
-    w2 = _load_w2(w2_ptr, t0, rs, V, R, BLOCK_V)  # a weight: read while the previous kernel drains
+    # the j-th tile walked: t0 + j, or t0 + TILES - 1 - j with REVERSE (0 or 1); the first is a weight, read while
+    # the previous kernel drains
+    w2 = _load_w2(w2_ptr, t0 + REVERSE * (TILES - 1), rs, V, R, BLOCK_V)
     pdl_wait(PDL)
     if FIRST:
         prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
@@ -163,12 +170,13 @@ def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, 
         if pid == 0:
             tl.store(drafts_ptr + rows * stride_d, prev.to(tl.int64), mask=rmask)
     e = tl.load(w1_ptr + prev[:, None].to(tl.int64) * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
-    best, best_idx = _chain_tile(e, w2, t0, tl.full([BLOCK_B], float("-inf"), tl.float32),
+    best, best_idx = _chain_tile(e, w2, t0 + REVERSE * (TILES - 1), tl.full([BLOCK_B], float("-inf"), tl.float32),
                                  tl.zeros([BLOCK_B], tl.int32), u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
                                  BLOCK_V, IEEE)
     for j in range(1, TILES):
-        w2 = _load_w2(w2_ptr, t0 + j, rs, V, R, BLOCK_V)
-        best, best_idx = _chain_tile(e, w2, t0 + j, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
+        t = t0 + j + REVERSE * (TILES - 1 - 2 * j)
+        w2 = _load_w2(w2_ptr, t, rs, V, R, BLOCK_V)
+        best, best_idx = _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
                                      BLOCK_V, IEEE)
     pdl_release(PDL)
     tl.store(pmax_ptr + rows * n_parts + pid, best, mask=rmask)
@@ -193,8 +201,8 @@ def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: t
         _chain_kernel[(programs, triton.cdiv(b, BLOCK_B))](
             anchors, ppmax, ppidx, drafts[:, max(k - 1, 0)], drafts.stride(0), w1, w2, u[:, k], z[:, k], pmax, pidx,
             b, v, u.stride(0), z.stride(0), TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
-            CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32, num_warps=STEP_WARPS,
-            num_stages=CHAIN_STAGES, **pdl_args())
+            CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32,
+            REVERSE=int(CHAIN_PINGPONG and k % 2 == 1), num_warps=STEP_WARPS, num_stages=CHAIN_STAGES, **pdl_args())
     pmax, pidx = parts[(gamma - 1) % 2]
     scratch = torch.empty(b, dtype=torch.int64, device=u.device)
     _argmax_kernel[(b,)](pmax, pidx, scratch, drafts[:, gamma - 1], drafts.stride(0), programs, CHUNK=chunk,
