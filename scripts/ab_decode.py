@@ -44,6 +44,10 @@ VARIANTS = {
     "mlp_p2": {(triton_mlp, "PERSISTENT"): True, (triton_mlp, "PROGRAMS_PER_SM"): 2},
     "mlp_p3": {(triton_mlp, "PERSISTENT"): True, (triton_mlp, "PROGRAMS_PER_SM"): 3},
     "mlp_p2_s3": {(triton_mlp, "PERSISTENT"): True, (triton_mlp, "STAGES"): 3},
+    "mlp_p4_n16": {(triton_mlp, "PROGRAMS_PER_SM"): 4, (triton_mlp, "DOWN_BLOCK_N"): 16},
+    "mlp_p5_n16": {(triton_mlp, "PROGRAMS_PER_SM"): 5, (triton_mlp, "DOWN_BLOCK_N"): 16},
+    "mlp_p4_n16_16": {(triton_mlp, "PROGRAMS_PER_SM"): 4, (triton_mlp, "DOWN_BLOCK_N"): 16,
+                      (triton_mlp, "GATE_UP_BLOCK_N"): 16},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

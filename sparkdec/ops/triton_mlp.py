@@ -17,8 +17,12 @@ from sparkdec.ops.triton_gemm import (BLOCK_M, _counters, _load_w, _load_x, _mma
                                       pdl_wait, pick_config)
 
 PERSISTENT = True  # False: two ordinary launches (the A/B baseline)
-PROGRAMS_PER_SM = 2  # resident programs per SM (all must be resident at once: the barrier waits for every one)
+PROGRAMS_PER_SM = 4  # resident programs per SM (all must be resident at once: the barrier waits for every one)
 STAGES = 4
+# tile widths (None: the ordinary kernels' configs). A row's bits do not depend on BLOCK_N (only on the K order and
+# SPLIT_K: scripts/probe_tile_bits.py); narrower tiles give more work items than resident programs
+GATE_UP_BLOCK_N: int | None = None
+DOWN_BLOCK_N: int | None = 16
 _BARRIERS: dict[torch.device, torch.Tensor] = {}
 _SMS: dict[torch.device, int] = {}
 _RESIDENT: dict[tuple, bool] = {}  # compiled variant -> whether PROGRAMS_PER_SM of its programs fit on one SM
@@ -121,6 +125,7 @@ def _plan(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor):
     bn2, bk2, split2, warps2, _ = pick_config(hid, inter)
     if inter % (split2 * bk2):
         split2 = 1  # as gemm() does
+    bn1, bn2 = GATE_UP_BLOCK_N or bn1, DOWN_BLOCK_N or bn2
     if split1 != 1 or warps1 != warps2 or hid % bk1 or gate_up.shape[0] % bn1 or hid % bn2:
         return None
     return bn1, bk1, bn2, bk2, split2, warps1
