@@ -18,7 +18,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import triton_attention, triton_gemm, triton_markov, triton_mlp
+from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
@@ -40,14 +40,6 @@ VARIANTS = {
     "chain_396": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 396},
     "chain_pingpong": {(triton_markov, "CHAIN_PINGPONG"): True},
     "chain_forward": {(triton_markov, "CHAIN_PINGPONG"): False},
-    "mlp_two": {(triton_mlp, "PERSISTENT"): False},
-    "mlp_p2": {(triton_mlp, "PERSISTENT"): True, (triton_mlp, "PROGRAMS_PER_SM"): 2},
-    "mlp_p3": {(triton_mlp, "PERSISTENT"): True, (triton_mlp, "PROGRAMS_PER_SM"): 3},
-    "mlp_p2_s3": {(triton_mlp, "PERSISTENT"): True, (triton_mlp, "STAGES"): 3},
-    "mlp_p4_n16": {(triton_mlp, "PROGRAMS_PER_SM"): 4, (triton_mlp, "DOWN_BLOCK_N"): 16},
-    "mlp_p5_n16": {(triton_mlp, "PROGRAMS_PER_SM"): 5, (triton_mlp, "DOWN_BLOCK_N"): 16},
-    "mlp_p4_n16_16": {(triton_mlp, "PROGRAMS_PER_SM"): 4, (triton_mlp, "DOWN_BLOCK_N"): 16,
-                      (triton_mlp, "GATE_UP_BLOCK_N"): 16},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

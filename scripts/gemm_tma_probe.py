@@ -43,9 +43,8 @@ def _gemm_tma_kernel(x_desc, w_desc, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, st
         w = w_desc.load([pid_n * BLOCK_N, k_begin + k0])
         acc = tl.dot(x, tl.trans(w), acc)
     pdl_release(1)
-    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_n * tl.num_programs(0) + pid_m,
-                tl.num_programs(0) * tl.num_programs(1), pid_n, pid_s, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
-                BLOCK_N, OUT_N, SPLIT_K)
+    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
 
 
 def gemm_tma(x, w, cfg, silu=False, residual=None, out=None):

@@ -120,30 +120,6 @@ def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
         tg.CONFIGS.update(saved)
 
 
-@pytest.mark.parametrize("hid,inter", [(2560, 9728), (4096, 12288), (64, 160)])
-def test_persistent_mlp_equals_two_launches(hid, inter):
-    """ops/triton_mlp.py: the persistent gate_up -> barrier -> down launch gives the bits of the two ordinary
-    launches for every row count it takes, launch after launch (the barrier resets itself), also at the shapes'
-    own tile configs (Qwen3-4B, Qwen3-8B, a small one)."""
-    from sparkdec.ops import triton_mlp
-    from sparkdec.ops.triton_gemm import gemm, interleave_gate_up
-
-    torch.manual_seed(0)
-    dev, bf = "cuda", torch.bfloat16
-    gate_up = interleave_gate_up(torch.randn(inter, hid, device=dev, dtype=bf) / hid ** 0.5,
-                                 torch.randn(inter, hid, device=dev, dtype=bf) / hid ** 0.5)
-    down = torch.randn(hid, inter, device=dev, dtype=bf) / inter ** 0.5
-    assert triton_mlp._plan(torch.empty(1, hid, device=dev, dtype=bf), gate_up, down) is not None
-    for m in (1, 3, 8, 16, 1, 16):
-        x = torch.randn(m, hid, device=dev, dtype=bf)
-        res = torch.randn(m, hid, device=dev, dtype=bf)
-        want = gemm(gemm(x, gate_up, silu=True), down, residual=res)
-        got = triton_mlp.mlp(x, gate_up, down, res)
-        assert torch.equal(got, want), m
-    x = torch.randn(17, hid, device=dev, dtype=bf)  # more rows than one tile: the two launches
-    assert triton_mlp._plan(x, gate_up, down) is None
-
-
 def test_keyed_noise_is_identical_on_cuda_and_cpu():
     from sparkdec.sampling import uniform_noise
 

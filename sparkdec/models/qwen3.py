@@ -124,10 +124,8 @@ class Qwen3DecoderLayer(nn.Module):
 
     def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
-        gate_up+SiLU, down+residual; the last two are one persistent launch for up to 16 rows, ops/triton_mlp.py),
-        each row batch-invariant. (Folding the norms into the products was measured
+        gate_up+SiLU, down+residual), each row batch-invariant. (Folding the norms into the products was measured
         slower on the H200: the products are latency-bound and the norm lengthened every program.)"""
-        from sparkdec.ops import triton_mlp
         from sparkdec.ops.triton_fused import qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
 
@@ -138,7 +136,8 @@ class Qwen3DecoderLayer(nn.Module):
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
         h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
-        return triton_mlp.mlp(ln2(h), mlp.gate_up_weight, mlp.down_proj.weight, residual=h)
+        x = gemm(ln2(h), mlp.gate_up_weight, silu=True)  # [T, I]
+        return gemm(x, mlp.down_proj.weight, residual=h)
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:

@@ -181,21 +181,22 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
     pdl_release(PDL)
-    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_n * tl.num_programs(0) + pid_m,
-                tl.num_programs(0) * tl.num_programs(1), pid_n, pid_s, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
-                BLOCK_N, OUT_N, SPLIT_K)
+    finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
 
 
 @triton.jit
-def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, tile, num_tiles, pid_n, pid_s, N, stride_om,
-                stride_rm, SILU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
+                SILU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 OUT_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """The epilogue of one tile (`tile` of num_tiles output tiles, weight block pid_n); with SPLIT_K, every slice
-    stores its fp32 partial product and the tile's last program to arrive sums them in slice order (0, 1, ...), so
-    the result does not depend on which program finished first."""
+    """The epilogue of one tile; with SPLIT_K, every slice stores its fp32 partial product and the tile's last
+    program to arrive sums them in slice order (0, 1, ...), so the result does not depend on which program
+    finished first."""
     if SPLIT_K == 1:
         _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
     else:
+        tile = pid_n * tl.num_programs(0) + pid_m
+        num_tiles = tl.num_programs(0) * tl.num_programs(1)
         m_idx = tl.arange(0, BLOCK_M)
         part = m_idx[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         tl.store(ws_ptr + (pid_s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, acc)
