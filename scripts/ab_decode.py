@@ -40,9 +40,6 @@ VARIANTS = {
     "chain_396": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 396},
     "chain_pingpong": {(triton_markov, "CHAIN_PINGPONG"): True},
     "chain_forward": {(triton_markov, "CHAIN_PINGPONG"): False},
-    "pf_off": {(triton_attention, "PREFETCH"): False},
-    "pf_o": {(triton_attention, "PREFETCH"): True, (triton_attention, "PREFETCH_LIMIT_BYTES"): 20 << 20},
-    "pf_40": {(triton_attention, "PREFETCH"): True, (triton_attention, "PREFETCH_LIMIT_BYTES"): 40 << 20},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

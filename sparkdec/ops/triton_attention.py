@@ -27,12 +27,6 @@ PROGRAMS_ONE_ROW = 64
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
-# while the (latency-bound) attention of a few rows runs, HBM is nearly idle: extra programs of the split kernel ask
-# L2 for the weights the layer reads next (the o projection, then the start of gate_up), so those products find
-# them there. No effect on bits. Only calls of at most PREFETCH_MAX_ROWS rows (decode, verify, propose).
-PREFETCH = True
-PREFETCH_MAX_ROWS = 64
-PREFETCH_LIMIT_BYTES = 40 << 20  # L2 is 50 MB on the H200: the keys and values read meanwhile need room too
 
 
 @triton.jit
@@ -41,41 +35,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr,
-                  ITERS: tl.constexpr, pf0_ptr, pf0_bytes, pf1_ptr, pf1_bytes, PF: tl.constexpr, PDL: tl.constexpr):
-    if PF:
-        if tl.program_id(0) == tl.num_programs(0) - 1:  # the extra row of programs: L2 prefetch, nothing else
-            share = tl.program_id(1) * tl.num_programs(2) + tl.program_id(2)
-            shares = tl.num_programs(1) * tl.num_programs(2)
-            l2_prefetch_share(pf0_ptr, pf0_bytes, share, shares)
-            l2_prefetch_share(pf1_ptr, pf1_bytes, share, shares)
-        else:
-            _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, scale,
-                           stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads,
-                           num_rows, GROUP, GROUP_PAD, ROWS, PASSES, D, D_PAD, SPLIT_N, BLOCK, PROGRAMS, ITERS, PDL)
-    else:
-        _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, scale,
-                       stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, num_rows,
-                       GROUP, GROUP_PAD, ROWS, PASSES, D, D_PAD, SPLIT_N, BLOCK, PROGRAMS, ITERS, PDL)
-
-
-@triton.jit
-def l2_prefetch_share(ptr, nbytes, share, shares, LANES: tl.constexpr = 128):
-    """Bulk L2 prefetch (sm_90 cp.async.bulk.prefetch.L2) of this program's share of bytes [0, nbytes) at ptr, in
-    LANES pieces of a multiple of 16 bytes; pieces past the end are skipped."""
-    piece = tl.cdiv(tl.cdiv(nbytes, shares * LANES), 16) * 16
-    off = (share * LANES + tl.arange(0, LANES)).to(tl.int64) * piece
-    size = tl.minimum(piece, nbytes - off).to(tl.int32)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr.to(tl.pointer_type(tl.int8)) + off, size], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, scale,
-                   stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, num_rows,
-                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
-                   D: tl.constexpr, D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr,
-                   PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
+                  ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json)
@@ -209,14 +169,13 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            scale: float, row_kv_len_host: list[int] | None = None,
                            blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
                            blocks_host: list[tuple[int, int]] | None = None,
-                           out: torch.Tensor | None = None, prefetch: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
+                           out: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
     blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
     row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
     ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
-    depend on each other). out: where to write (a fresh tensor if None). prefetch: weights read next (in order),
-    asked into L2 up to PREFETCH_LIMIT_BYTES while the attention runs (PREFETCH; calls of few rows only)."""
+    depend on each other). out: where to write (a fresh tensor if None)."""
     t, hq, d = q.shape
     out = torch.empty_like(q) if out is None else out
     if blocks is None:
@@ -225,8 +184,7 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
     per_row = hq * triton.cdiv(max_kv_len, SPLIT) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
-        pf = prefetch if PREFETCH and q.is_cuda and t <= PREFETCH_MAX_ROWS else ()
-        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks, pf)
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
         return out
     for group in _block_ranges(blocks_host, max(BLOCK_ROWS, WORKSPACE_BYTES // per_row)):
         r0, r1 = group[0][0], group[-1][0] + group[-1][1]
@@ -249,20 +207,8 @@ def _block_ranges(blocks: list[tuple[int, int]], max_rows: int) -> list[list[tup
     return groups + ([cur] if cur else [])
 
 
-def _prefetch_regions(weights: tuple[torch.Tensor, ...]) -> list[tuple[torch.Tensor, int]]:
-    """(tensor, leading bytes) of at most two weights, PREFETCH_LIMIT_BYTES in all, 16-byte multiples."""
-    left, regions = PREFETCH_LIMIT_BYTES, []
-    for w in weights[:2]:
-        n = min(left, w.numel() * w.element_size()) // 16 * 16
-        if n > 0 and w.is_contiguous():
-            regions.append((w, n))
-            left -= n
-    return regions
-
-
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
-            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor], prefetch: tuple[torch.Tensor, ...] = ()
-            ) -> None:
+            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor]) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -276,15 +222,12 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     programs = min(splits_pow2, PROGRAMS_ONE_ROW if t == 1 else PROGRAMS)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
-    regions = _prefetch_regions(prefetch) + [(q, 0)] * 2  # (q, 0): no region
-    (pf0, n0), (pf1, n1) = regions[:2]
-    _split_kernel[(lead.shape[0] + (n0 > 0), hkv, programs)](
+    _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, pf0_ptr=pf0, pf0_bytes=n0, pf1_ptr=pf1, pf1_bytes=n1, PF=n0 > 0,
-        num_warps=SPLIT_WARPS, **pdl_args())
+        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS, **pdl_args())
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
                              D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())
