@@ -148,13 +148,16 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
             eng.step()
         t0 = {k: v for k, v in eng.rounds.timing.items()}
         eng.rounds.device_events = []
+        n0 = len(seq.output_ids)
         ms = decode_ms(eng, seq, new_tokens)
         steps = eng.rounds.timing["steps"] - t0["steps"]
         # host clocks: when launches returned and how long the host spent accepting and scheduling
         anatomy = {k: (eng.rounds.timing[k] - t0[k]) / steps * 1e3 for k in ("accept", "host")}
         dev = device_anatomy(eng.rounds.device_events)
-        round_ms = ms * al
-        out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": round_ms, **dev,
+        # NOTE: per round from the rounds run, not ms * al: the last round commits fewer than al tokens when it
+        # reaches max_tokens, and ms * al then counted that shortfall as time outside propose and verify
+        round_ms = ms * (len(seq.output_ids) - n0) / steps
+        out[al] = {"tokens_per_s": 1e3 / ms, "ms_per_round": round_ms, "rounds": steps, **dev,
                    "outside_propose_verify_ms": round_ms - dev["propose_device_ms"] - dev["verify_device_ms"],
                    **{f"{k}_host_ms": v for k, v in anatomy.items()}}
         del eng
