@@ -93,7 +93,20 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
     """n float64 uniforms in (0, 1), a pure function of (seed, position, stream): element i is splitmix64 of
     key + (i + 1) * golden, computed with wrapping int64 arithmetic on the device itself (no host generator,
     no host->device copy; identical bits on CPU and CUDA)."""
-    x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN + _mix(seed, position, stream)
+    return _splitmix_uniforms(torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN
+                              + _mix(seed, position, stream))
+
+
+def keyed_uniforms(seed: int, first_position: int, stream: int, rows: int, n: int, device) -> torch.Tensor:
+    """[rows, n]: row r is uniform_noise(seed, first_position + r, stream, n) (one batch of device ops; the keys
+    travel in one small host->device copy)."""
+    keys = torch.tensor([_mix(seed, first_position + r, stream) for r in range(rows)], dtype=torch.int64)
+    x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN  # [n]
+    return _splitmix_uniforms(x[None, :] + keys.to(device, non_blocking=True)[:, None])
+
+
+def _splitmix_uniforms(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser of int64 x (wrapping) -> float64 uniforms in [2^-53, 1 - 2^-53]."""
     x = (x ^ _shr(x, 30)) * _M1
     x = (x ^ _shr(x, 27)) * _M2
     x = x ^ _shr(x, 31)
@@ -125,7 +138,25 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, positi
         return int(torch.argmax(logits))  # first maximum: ties go to the smaller id
     if fused(logits):
         return int(fused_rows(logits[None], params, seed, position)[0])
-    return sample_from(processed_probs(logits, params), seed, position)
+    return int(sample_rows(logits[None], params, seed, position)[0])
+
+
+def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
+    """The sampled tokens at positions first_position .. + R - 1 given the logits [R, V] of the rows before them,
+    as a device tensor [R] with no host read: the exponential race of sample_from over the distribution of
+    processed_probs, every row on its own but all rows in one batch of operations (a speculative round's rows
+    cost about what one row costs). Plain decoding samples through this too (R = 1), so both take the same
+    operations. The race argmax p_i / E_i does not depend on p's scale: top-p's kept mass is not renormalised
+    (a sum over the row would make a row's bits depend on how the reduction is split, which can follow R)."""
+    x = logits.float() / params.temperature  # [R, V]
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]  # [R, 1]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if params.top_p < 1.0:
+        probs = probs.masked_fill(_top_p_drop(probs, params.top_p), 0.0)
+    e = -torch.log(keyed_uniforms(seed, first_position, STREAM_TARGET, x.shape[0], x.shape[1], x.device))
+    return torch.argmax(probs.double() / e, dim=-1)
 
 
 def fused(logits: torch.Tensor) -> bool:

@@ -248,6 +248,31 @@ def test_plain_sampling_matches_exact_distribution(plain_t1, exact):
     assert min(p.values()) > ALPHA, p
 
 
+def test_plain_sampling_with_top_k_top_p_matches_exact_distribution(pair, exact):
+    """Plain sampling draws every row through sampling.sample_rows, whose race skips top-p's renormalisation
+    (the race does not depend on the scale): the filtered distribution must not move."""
+    p = verdict(generate(pair, draft=False, params=FILTERED), exact["filtered"])
+    assert min(p.values()) > ALPHA, p
+
+
+@pytest.mark.parametrize("params", [dict(temperature=0.9), dict(temperature=0.7, top_k=5),
+                                    dict(temperature=1.3, top_p=0.6), dict(temperature=0.8, top_k=50, top_p=0.9)])
+def test_sample_rows_gives_each_row_what_one_row_gives(params):
+    """A speculative round draws its verify rows in one batch (sample_rows); plain decoding draws one row at a
+    time (sample_token): every row's token must be the same (seeds and positions keyed per row)."""
+    from sparkdec.sampling import sample_rows, sample_token
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 300) * 3
+    logits[2, 7] = logits[2, 9] = 40.0  # a row whose mass sits on two ids (top-p keeps just those)
+    p = SamplingParams(max_tokens=1, **params)
+    for seed, first in ((5, 0), (123456789, 1000)):
+        rows = sample_rows(logits, p, seed, first).tolist()
+        assert rows == [sample_token(logits[r], p, seed, first + r) for r in range(6)], (seed, rows)
+    flat = (logits[:1] / 20).expand(64, -1)
+    assert len(set(sample_rows(flat, p, 5, 0).tolist())) > 1  # the noise moves with the position
+
+
 def test_rejection_sampling_matches_exact_distribution(pair, exact):
     p = verdict(generate(pair, draft=True, accept_mode="rejection"), exact["t1"])
     assert min(p.values()) > ALPHA, p
