@@ -30,6 +30,9 @@ def main(out: str) -> None:
             print(f"{'fused' if fused else 'torch'} {name}: {ms:.3f} ms", flush=True)
     sampling.FUSED_SAMPLER = False
     p = SamplingParams(max_tokens=1, temperature=0.8, top_p=0.95)
+    rows = torch.randn(8, logits.numel(), device="cuda") * 4  # a speculative round's verify rows, in one batch
+    res["ms"]["rows8:t0.8_topp0.95"] = wall(lambda: sampling.sample_rows(rows, p, 7, 100).tolist()) * 1e3
+    res["ms"]["rows1:t0.8_topp0.95"] = wall(lambda: sampling.sample_rows(rows[:1], p, 7, 100).tolist()) * 1e3
     res["ms"]["part:processed_probs_topp"] = wall(lambda: processed_probs(logits, p).sum().item()) * 1e3
     probs = processed_probs(logits, p)
     res["ms"]["part:sample_from"] = wall(lambda: sample_from(probs, 7, 3)) * 1e3

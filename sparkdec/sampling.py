@@ -97,10 +97,10 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
                               + _mix(seed, position, stream))
 
 
-def keyed_uniforms(seed: int, first_position: int, stream: int, rows: int, n: int, device) -> torch.Tensor:
-    """[rows, n]: row r is uniform_noise(seed, first_position + r, stream, n) (one batch of device ops; the keys
-    travel in one small host->device copy)."""
-    keys = torch.tensor([_mix(seed, first_position + r, stream) for r in range(rows)], dtype=torch.int64)
+def keyed_uniforms(keys: list[int], n: int, device) -> torch.Tensor:
+    """[len(keys), n]: row r is uniform_noise's n uniforms for key r = _mix(seed, position, stream) (one batch of
+    device ops; the keys travel in one small host->device copy)."""
+    keys = torch.tensor(keys, dtype=torch.int64)
     x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN  # [n]
     return _splitmix_uniforms(x[None, :] + keys.to(device, non_blocking=True)[:, None])
 
@@ -148,6 +148,29 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_p
     cost about what one row costs). Plain decoding samples through this too (R = 1), so both take the same
     operations. The race argmax p_i / E_i does not depend on p's scale: top-p's kept mass is not renormalised
     (a sum over the row would make a row's bits depend on how the reduction is split, which can follow R)."""
+    keys = [_mix(seed, first_position + r, STREAM_TARGET) for r in range(logits.shape[0])]
+    return _race_rows(logits, params, keys)
+
+
+def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int]]) -> torch.Tensor:
+    """The token of each row of logits [n, V] given its (params, seed, position of the token), as a device tensor
+    [n] with no host read: greedy rows take the argmax; sampled rows, grouped by their filters, the race of
+    sample_rows (each row keyed on its own seed and position, so grouping changes no row)."""
+    tokens = logits.argmax(-1)
+    groups: dict[tuple, list[int]] = {}
+    for r, (p, _, _) in enumerate(draws):
+        if not p.greedy:
+            groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(r)
+    for rows in groups.values():
+        p = draws[rows[0]][0]
+        keys = [_mix(draws[r][1], draws[r][2], STREAM_TARGET) for r in rows]
+        idx = torch.tensor(rows, dtype=torch.long).to(logits.device, non_blocking=True)
+        tokens.index_copy_(0, idx, _race_rows(logits.index_select(0, idx), p, keys))
+    return tokens
+
+
+def _race_rows(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -> torch.Tensor:
+    """sample_rows with row r's noise keyed on keys[r]."""
     x = logits.float() / params.temperature  # [R, V]
     if params.top_k and params.top_k < x.shape[-1]:
         kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]  # [R, 1]
@@ -155,7 +178,7 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_p
     probs = torch.softmax(x, dim=-1)
     if params.top_p < 1.0:
         probs = probs.masked_fill(_top_p_drop(probs, params.top_p), 0.0)
-    e = -torch.log(keyed_uniforms(seed, first_position, STREAM_TARGET, x.shape[0], x.shape[1], x.device))
+    e = -torch.log(keyed_uniforms(keys, x.shape[1], x.device))
     return torch.argmax(probs.double() / e, dim=-1)
 
 

@@ -120,6 +120,23 @@ def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
         tg.CONFIGS.update(saved)
 
 
+@pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=0.8, top_p=0.95),
+                                dict(temperature=0.7, top_k=100, top_p=0.9)])
+def test_sample_rows_gives_each_row_what_one_row_gives_on_cuda(kw):
+    """A round's rows drawn in one batch (sampling.sample_rows, draw_tokens) equal rows drawn one at a time: the
+    CUDA softmax, sort and cumsum of a row do not depend on how many rows share the call."""
+    from sparkdec.sampling import draw_tokens, sample_rows, sample_token
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 151936, device="cuda") * 4
+    p = SamplingParams(**kw)
+    one = [sample_token(x[r], p, 99, 1000 + r) for r in range(8)]
+    assert sample_rows(x, p, 99, 1000).tolist() == one
+    draws = [(p, 99, 1000 + r) for r in range(8)]
+    draws[3] = (SamplingParams(), 0, 0)  # a greedy row among them
+    assert draw_tokens(x, draws).tolist() == one[:3] + [int(x[3].argmax())] + one[4:]
+
+
 def test_keyed_noise_is_identical_on_cuda_and_cpu():
     from sparkdec.sampling import uniform_noise
 
@@ -223,9 +240,12 @@ def test_prompt_rows_do_not_depend_on_chunking():
 
 
 def test_lookahead_equals_ordinary_rounds_with_graphs(target):
-    """Plain greedy decoding one step ahead (engine/lookahead.py, graphs, double-buffered staging, device-fed
-    inputs) emits the tokens of the ordinary synchronous round, with sequences of different lengths."""
+    """Plain decoding one step ahead (engine/lookahead.py, graphs, double-buffered staging, device-fed inputs, sampled
+    rows drawn on the device) emits the tokens of the ordinary synchronous round, with sequences of different
+    lengths."""
     params = [SamplingParams(max_tokens=40 + 50 * i, ignore_eos=True) for i in range(len(PROMPTS))]
+    params[1] = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, top_p=0.95, seed=3)  # drawn on the device
+    params[2] = SamplingParams(max_tokens=100, ignore_eos=True, temperature=0.8, top_p=0.95, seed=4)
     ahead = LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, params)
     plain = LLM(model=str(target), device="cuda", dtype="bfloat16", lookahead=False).generate(PROMPTS, params)
     assert [o.token_ids for o in ahead] == [o.token_ids for o in plain]
@@ -238,6 +258,8 @@ def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs():
     keys = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
     prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n"]
     params = [SamplingParams(max_tokens=90 + 40 * i, ignore_eos=True) for i in range(3)]
+    # exact-sampled rounds: rows drawn on the device with the verify, the propose queued from the drawn tokens
+    params[1] = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, top_p=0.95, seed=7)
     runs = []
     for ahead in (True, False):
         outs = LLM(device="cuda", dtype="bfloat16", lookahead=ahead).generate(prompts, params, trace=True)

@@ -59,10 +59,16 @@ def test_same_tokens_when_sequences_join_leave_and_abort(pair):
 
 
 def test_sampled_sequences_beside_greedy_ones(pair):
+    """Sampled rows are drawn on the device one step ahead (grouped by filters) with the ordinary round's race."""
     params = [SamplingParams(max_tokens=15, ignore_eos=True),
-              SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.8, seed=3)]
+              SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.8, seed=3),
+              SamplingParams(max_tokens=12, ignore_eos=True, temperature=0.8, seed=4),
+              SamplingParams(max_tokens=18, ignore_eos=True, temperature=1.1, top_k=5, top_p=0.9, seed=5)]
     ahead, plain = pair
-    assert outputs(ahead, PROMPTS[:2], params) == outputs(plain, PROMPTS[:2], params)
+    ahead.engine.lookahead.pending = None
+    assert outputs(ahead, PROMPTS[:4], params) == outputs(plain, PROMPTS[:4], params)
+    ahead.generate([PROMPTS[2]], params[1])
+    assert ahead.engine.lookahead.pending is not None  # sampled decoding went one step ahead
 
 
 ROUND_KEYS = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
@@ -102,3 +108,20 @@ def test_propose_queued_ahead_under_simulated_acceptance(spec_pair):
         finally:
             llm.engine.rounds.simulate = None
     assert runs[0] == runs[1] and all(r["num_accepted"] == 2 for r in runs[0][0][1][:-1])
+
+
+def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair):
+    """Exact-sampled rounds draw their verify rows on the device with the verify; the device accepts those drawn
+    tokens and queues the next propose before the readback: the same drafts, acceptances and tokens as the
+    ordinary round (which accepts on the host), and the same tokens as plain sampled decoding."""
+    ahead, plain = spec_pair
+    prompts = ["def parse(line):\n", "import os\nimport sys\n"]
+    params = [SamplingParams(max_tokens=50, ignore_eos=True, temperature=0.7, seed=11),
+              SamplingParams(max_tokens=40, ignore_eos=True, temperature=1.0, top_k=20, top_p=0.9, seed=12)]
+    ahead.engine.rounds.pending = None
+    got, want = traced(ahead, prompts, params), traced(plain, prompts, params)
+    assert got == want
+    assert any(x["num_accepted"] for _, r in got for x in r)
+    assert ahead.engine.rounds.pending is not None  # the rounds went one propose ahead
+    alone = LLM(device="cpu", speculative=False).generate(prompts, params)
+    assert [t for t, _ in got] == [o.token_ids for o in alone]

@@ -38,7 +38,7 @@ class EngineConfig:
     accept_mode: str = "exact"
     speculative: bool = True
     cuda_graphs: bool = True
-    # plain greedy decoding queues step k+1 before reading step k (engine/lookahead.py); greedy speculative rounds
+    # plain decoding queues step k+1 before reading step k (engine/lookahead.py); greedy speculative rounds
     # queue the next propose before reading the round back (spec/chain.py)
     lookahead: bool = True
     threads: int | None = None  # CPU threads for torch (None: torch's default)

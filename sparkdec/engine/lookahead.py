@@ -1,10 +1,12 @@
-"""Plain greedy decoding one step ahead: step k+1 is queued from step k's tokens on the device before the host reads
-step k, so the host's scheduling, commits and staging overlap the device's forward instead of leaving it idle.
+"""Plain decoding one step ahead: step k+1 is queued from step k's tokens on the device before the host reads step
+k, so the host's scheduling, commits, staging and sampling launches overlap the device's forward instead of leaving
+it idle. Sampled rows are drawn on the device (sampling.draw_tokens: the same race as the ordinary round's).
 
-Used when every sequence of a decode-only batch decodes plainly and greedily. A step queued for a sequence that
-step k then finished (EOS, stop string, limit, abort) is computed and thrown away; its K/V goes to the sequence's
-own pages, which are released only after it (the device runs in order). Any other batch (prompt chunks, sampling,
-speculation, new sequences) first drains the pending step and the engine takes the ordinary round next call.
+Used when every sequence of a decode-only batch decodes plainly (greedy or sampled, the fused sampler off). A step
+queued for a sequence that step k then finished (EOS, stop string, limit, abort) is computed and thrown away; its
+K/V goes to the sequence's own pages, which are released only after it (the device runs in order). Any other batch
+(prompt chunks, speculation, new sequences) first drains the pending step and the engine takes the ordinary round
+next call.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence, Status
+from sparkdec.sampling import fused_sampler_on
 from sparkdec.spec.commit import commit_tokens
 
 
@@ -35,10 +38,11 @@ class Lookahead:
         self._flip = 0
 
     def takes(self, batch: Batch, speculating) -> bool:
-        """Does this batch decode one step ahead (decode-only, plain, greedy, every sequence in the pending step)?"""
+        """Does this batch decode one step ahead (decode-only, plain, every sequence in the pending step; sampled
+        rows only with the ordinary sampler: the fused one draws each sequence's rows in a call of its own)?"""
         if batch.prefill or not batch.decode:
             return False
-        if any(speculating(s) or not s.params.greedy for s in batch.decode):
+        if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) for s in batch.decode):
             return False
         return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)
 
@@ -56,7 +60,10 @@ class Lookahead:
             positions = [prev.positions[i] + 1 for i in src]
             pieces = [(s.block_table, [0], [p]) for s, p in zip(seqs, positions)]
             fill = (list(range(len(seqs))), prev.tokens, src)  # step k's tokens into step k+1's rows, on the device
-        self.pending = self._launch(seqs, positions, pieces, fill)
+        # the token at position p + 1 is drawn from the row at p, keyed on p + 1 (as the ordinary round draws it)
+        draws = None if all(s.params.greedy for s in seqs) else [(s.params, s.seed, p + 1)
+                                                                   for s, p in zip(seqs, positions)]
+        self.pending = self._launch(seqs, positions, pieces, fill, draws)
         return self._commit(prev) if prev is not None else []
 
     def drain(self) -> list[Sequence]:
@@ -64,8 +71,8 @@ class Lookahead:
         prev, self.pending = self.pending, None
         return self._commit(prev) if prev is not None else []
 
-    def _launch(self, seqs, positions, pieces, fill) -> PendingStep:
-        tokens = self.runner.decode_tokens(pieces, fill)
+    def _launch(self, seqs, positions, pieces, fill, draws) -> PendingStep:
+        tokens = self.runner.decode_tokens(pieces, fill, draws)
         n = len(seqs)
         if tokens.device.type != "cuda":
             return PendingStep(seqs, positions, tokens, tokens, None)

@@ -6,6 +6,7 @@ import torch
 from sparkdec.engine.context import ForwardContext, build_context
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.kv_cache import KVCache
+from sparkdec.sampling import draw_tokens
 
 
 def apply_fill(ids: torch.Tensor, fill) -> None:
@@ -95,7 +96,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None,
-               mark=None, before_read=None):
+               mark=None, before_read=None, draws=None):
         """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
         ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
@@ -105,6 +106,8 @@ class ModelRunner:
         mark: called once the forward is queued, before the readback (benchmarks record a CUDA event there).
         before_read(first): called with the argmax of the packed rows (device) once the readback is queued and
         before waiting for it (spec/chain.py queues the next propose there).
+        draws: per logit row (params, seed, position of the token): sampled rows then read back, and hand
+        before_read, their drawn token (sampling.draw_tokens) in place of the argmax.
         Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
         prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
@@ -118,6 +121,13 @@ class ModelRunner:
             hidden, _ = self.target_forward(pieces, fill, prompt_from)
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
+        if draws is not None:
+            drawn = draw_tokens(logits.tensor() if tier is not None else logits, draws)
+            if tier is not None:  # first is indexed by packed row there
+                at = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
+                first = first.clone().index_copy_(0, at, drawn)
+            else:
+                first = drawn
         if mark is not None:
             mark()
         # NOTE: token ids < 2**24 are exact in float32, so ids and confidences travel in one tensor
@@ -148,15 +158,18 @@ class ModelRunner:
         return host.tolist()
 
     @torch.inference_mode()
-    def decode_tokens(self, pieces, fill=None) -> torch.Tensor:
-        """One row per piece (plain greedy decoding) -> the argmax of each row [n], on the device; no host read.
-        A graph's static output when a graph ran: valid until that graph replays again."""
+    def decode_tokens(self, pieces, fill=None, draws=None) -> torch.Tensor:
+        """One row per piece (plain decoding) -> each row's token [n], on the device; no host read. draws: per row
+        (params, seed, position of the token) when some row samples (sampling.draw_tokens), else the argmax: a
+        graph's static output when a graph ran, valid until that graph replays again."""
         n = len(pieces)
         tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
         if tier is not None:
-            return self.graphs.run(pieces, tier, fill)[1][:n]
+            logits, argmax = self.graphs.run(pieces, tier, fill)
+            return draw_tokens(logits[:n], draws) if draws else argmax[:n]
         hidden, _ = self.target_forward(pieces, fill)
-        return self.logits(hidden).argmax(-1)
+        logits = self.logits(hidden)
+        return draw_tokens(logits, draws) if draws else logits.argmax(-1)
 
     @torch.inference_mode()
     def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None,

@@ -1,6 +1,7 @@
-"""Greedy speculative rounds one propose ahead: once round k's verify is queued, the device works out each sequence's
-accepted drafts, next anchor and next position (as the host's greedy or simulated acceptance will), and round k+1's
-propose is queued from them before the host reads round k back. The host's accept, commit and the staging of the
+"""Speculative rounds one propose ahead: once round k's verify is queued, the device works out each sequence's
+accepted drafts, next anchor and next position (as the host's greedy, exact-sampled or simulated acceptance will),
+and round k+1's propose is queued from them before the host reads round k back. Exact-sampled rows are drawn on the
+device with the verify (sampling.draw_tokens) and the host accepts those same drawn tokens. The host's accept, commit and the staging of the
 next verify then overlap that propose instead of leaving the device idle between rounds.
 
 A propose queued for a sequence that round k finished is never used; a next round whose sequences are not all in
@@ -37,7 +38,8 @@ class PendingPropose:
 
 def device_accept(first: torch.Tensor, drafts: torch.Tensor, rows: torch.Tensor, ells: torch.Tensor,
                   starts: torch.Tensor, simulate_al: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Round k's outcome on the device. first [T]: argmax of the verify's packed rows; drafts [B, γ]; rows [B]: each
+    """Round k's outcome on the device. first [T]: each packed row's token (its argmax, or its drawn token when
+    the row samples); drafts [B, γ]; rows [B]: each
     sequence's anchor row; ells [B]: drafts verified; starts [B]: anchor positions. -> (next anchors [B], next
     anchor positions [B]): greedy acceptance keeps the drafts that equal the target's argmax up to the first
     mismatch (spec/verify.py accept_greedy); simulated acceptance keeps min(AL - 1, ℓ) (spec/simulate.py)."""

@@ -11,11 +11,14 @@ import torch
 from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
-from sparkdec.sampling import STREAM_DRAFT, sample_from, sample_token
+from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
 from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
+
+
+GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
 
 
 class RoundRunner:
@@ -49,11 +52,17 @@ class RoundRunner:
                                               greedy=greedy)
         return drafts, z, conf
 
+    def _device_draws(self, seq: Sequence) -> bool:
+        """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
+        the ordinary sampler) and read back with it, in place of their argmax?"""
+        return (not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
+                and not fused_sampler_on())
+
     def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
         s = seq.anchor_position
         if self.simulate is not None:
             return self.simulate.accept(argmax, drafts)
-        if seq.params.greedy:
+        if seq.params.greedy or self._device_draws(seq):  # argmax: the drawn tokens for device-drawn rows
             return accept_greedy(argmax, drafts)
         if self.accept_mode == "rejection" and drafts:
             return accept_rejection(logits, z[row], drafts, seq.params, seq.seed, s)
@@ -87,7 +96,7 @@ class RoundRunner:
         t1 = time.perf_counter()
         gamma = drafts_dev.shape[1] if spec else 0
         row_of = {id(s): i for i, s in enumerate(spec)}
-        pieces, logit_rows, spans, fill_rows, fill_src = [], [], [], [], []
+        pieces, logit_rows, spans, fill_rows, fill_src, draws = [], [], [], [], [], []
         start = 0  # packed row where the next piece begins
         for seq in dec:
             i = row_of.get(id(seq))
@@ -99,6 +108,8 @@ class RoundRunner:
             fill_src += range(i * gamma, i * gamma + ell) if ell else []
             spans.append((seq, len(logit_rows), ell + 1, i))
             logit_rows.extend(range(start, start + ell + 1))
+            # row k (position s + k) draws the token at s + k + 1
+            draws += [(seq.params, seq.seed, s + k + 1) for k in range(ell + 1)]
             start += ell + 1
         prefill_done = []
         for seq, a, b in batch.prefill:
@@ -107,6 +118,7 @@ class RoundRunner:
             if b == len(seq.prompt_ids):
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
+                draws.append((GREEDY, 0, 0))  # its first token is drawn below, as ever
             start += b - a
         fill = (fill_rows, drafts_dev.reshape(-1), fill_src) if spec else None
         readback = (drafts_dev, conf_dev) if spec else ()
@@ -114,7 +126,9 @@ class RoundRunner:
         prompt_from = len(dec) if batch.prefill and context.PREFILL_KERNEL else None  # the first prompt piece
         mark = events[2].record if events else None
         ahead = self._propose_ahead(spec, spans, drafts_dev) if self._chains(dec, spec) else None
-        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead)
+        drawn = any(self._device_draws(seq) for seq in dec)
+        logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
+                                          draws if drawn else None)
         argmax = host[0]
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
@@ -142,8 +156,10 @@ class RoundRunner:
 
     def _chains(self, dec: list[Sequence], spec: list[Sequence]) -> bool:
         """Can the next round's propose be queued before this round is read back? Every decode sequence speculates
-        greedily (acceptance the device can reproduce) and no verify length waits for the confidences."""
-        return (self.ahead and bool(spec) and len(spec) == len(dec) and all(s.params.greedy for s in spec)
+        greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
+        length waits for the confidences."""
+        return (self.ahead and bool(spec) and len(spec) == len(dec)
+                and all(s.params.greedy or self._device_draws(s) for s in spec)
                 and not any(self.policy_for(s).min_confidence for s in spec))
 
     def _propose_ahead(self, spec: list[Sequence], spans, drafts_dev):
