@@ -60,10 +60,13 @@ def make_engine(models, ctx: int, spec: bool) -> Engine:
     return Engine(cfg, models=models)
 
 
-def prefill(engine: Engine, ctx: int, max_tokens: int, seed: int = 0):
+SAMPLED = dict(temperature=0.8, top_p=0.95, seed=7)  # the bench's sampled requests
+
+
+def prefill(engine: Engine, ctx: int, max_tokens: int, seed: int = 0, sampling: dict | None = None):
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, 150000, (ctx,), generator=gen).tolist()
-    seq = engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    seq = engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True, **(sampling or {})))
     while not seq.prefill_done or not seq.output_ids:
         engine.step()
     return seq
@@ -165,6 +168,17 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
     return out
 
 
+def sampled_rounds(engine: Engine, ctx: int) -> dict:
+    """Speculative rounds of a seeded sampled request (random weights: drafts are rarely accepted, so this is the
+    round's cost with sampled verify rows): ms per round and tokens per round."""
+    seq = prefill(engine, ctx, 100, seed=4, sampling=SAMPLED)
+    steps0, n0 = engine.rounds.timing["steps"], len(seq.output_ids)
+    ms = decode_ms(engine, seq, 48)
+    rounds = engine.rounds.timing["steps"] - steps0
+    tokens = len(seq.output_ids) - n0
+    return {"spec_sampled_ms_per_round": ms * tokens / rounds, "spec_sampled_tokens_per_round": tokens / rounds}
+
+
 def device_anatomy(events: list) -> dict:
     """Mean device time of the propose (round start -> propose queued) and of the verify (-> forward done,
     before the readback) over the rounds whose (start, proposed, verified) CUDA events were collected."""
@@ -222,9 +236,11 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     seq = prefill(plain, ctx, 200)
     dec = decode_ms(plain, seq, 128)
     replay = graph_replay_ms(plain, seq)
+    sampled = decode_ms(plain, prefill(plain, ctx, 100, seed=3, sampling=SAMPLED), 64)
     res = {"prefill_ttft_ms": ttft, "prefill_tokens_per_s": ctx / ttft * 1e3, "decode_graph_replay_ms": replay, "host_ms_per_decode_step": dec - replay if replay else None,
            "shape": shape, "ctx": ctx, "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
-           "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec, "fraction_of_floor": floor_ms / dec}
+           "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec, "fraction_of_floor": floor_ms / dec,
+           "plain_sampled_decode_ms": sampled, "sampling": SAMPLED}
     spec = make_engine(models, ctx, spec=True)
     sseq = prefill(spec, ctx, 64)
     vt = verify_times(spec, sseq)
@@ -232,7 +248,8 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     prop = propose_time(spec, sseq)
     pbytes = propose_floor_bytes(spec)
     res.update(verify_ms=vt, verify_fit_a_ms=a, verify_fit_b_ms=b, verify8_over_verify1=vt[8] / vt[1],
-               propose_ms=prop, propose_floor_ms=pbytes / bw * 1e3, propose_over_floor=prop / (pbytes / bw * 1e3))
+               propose_ms=prop, propose_floor_ms=pbytes / bw * 1e3, propose_over_floor=prop / (pbytes / bw * 1e3),
+               **sampled_rounds(spec, ctx))
     del plain, spec
     gc.collect()
     if with_sim:
@@ -260,5 +277,7 @@ def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True, on_ru
                 on_run(results)
             print(f"{shape} ctx {ctx}: prefill {r['prefill_ttft_ms']:.1f} ms, plain {r['plain_decode_ms']:.2f} ms/token ({r['fraction_of_floor']:.0%} of floor "
                   f"{r['floor_ms']:.2f} ms), verify(1) {r['verify_ms'][1]:.2f} verify(8) {r['verify_ms'][8]:.2f} ms, "
-                  f"propose {r['propose_ms']:.2f} ms (floor {r['propose_floor_ms']:.2f})", flush=True)
+                  f"propose {r['propose_ms']:.2f} ms (floor {r['propose_floor_ms']:.2f}), sampled: plain "
+                  f"{r['plain_sampled_decode_ms']:.2f} ms/token, spec {r['spec_sampled_ms_per_round']:.2f} ms/round",
+                  flush=True)
     return results
