@@ -236,6 +236,7 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     seq = prefill(plain, ctx, 200)
     dec = decode_ms(plain, seq, 128)
     replay = graph_replay_ms(plain, seq)
+    plain.abort(seq.request_id)  # NOTE: batch 1: the sampled request decodes alone
     sampled = decode_ms(plain, prefill(plain, ctx, 100, seed=3, sampling=SAMPLED), 64)
     res = {"prefill_ttft_ms": ttft, "prefill_tokens_per_s": ctx / ttft * 1e3, "decode_graph_replay_ms": replay, "host_ms_per_decode_step": dec - replay if replay else None,
            "shape": shape, "ctx": ctx, "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
@@ -246,6 +247,7 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     vt = verify_times(spec, sseq)
     a, b = fit_line(list(vt), list(vt.values()))
     prop = propose_time(spec, sseq)
+    spec.abort(sseq.request_id)
     pbytes = propose_floor_bytes(spec)
     res.update(verify_ms=vt, verify_fit_a_ms=a, verify_fit_b_ms=b, verify8_over_verify1=vt[8] / vt[1],
                propose_ms=prop, propose_floor_ms=pbytes / bw * 1e3, propose_over_floor=prop / (pbytes / bw * 1e3),
