@@ -100,9 +100,10 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
 def keyed_uniforms(keys: list[int], n: int, device) -> torch.Tensor:
     """[len(keys), n]: row r is uniform_noise's n uniforms for key r = _mix(seed, position, stream) (one batch of
     device ops; the keys travel in one small host->device copy)."""
-    keys = torch.tensor(keys, dtype=torch.int64)
+    from sparkdec.staging import to_device
+
     x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN  # [n]
-    return _splitmix_uniforms(x[None, :] + keys.to(device, non_blocking=True)[:, None])
+    return _splitmix_uniforms(x[None, :] + to_device(keys, device)[:, None])
 
 
 def _splitmix_uniforms(x: torch.Tensor) -> torch.Tensor:
@@ -156,6 +157,8 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
     """The token of each row of logits [n, V] given its (params, seed, position of the token), as a device tensor
     [n] with no host read: greedy rows take the argmax; sampled rows, grouped by their filters, the race of
     sample_rows (each row keyed on its own seed and position, so grouping changes no row)."""
+    from sparkdec.staging import to_device
+
     tokens = logits.argmax(-1)
     groups: dict[tuple, list[int]] = {}
     for r, (p, _, _) in enumerate(draws):
@@ -164,7 +167,7 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
     for rows in groups.values():
         p = draws[rows[0]][0]
         keys = [_mix(draws[r][1], draws[r][2], STREAM_TARGET) for r in rows]
-        idx = torch.tensor(rows, dtype=torch.long).to(logits.device, non_blocking=True)
+        idx = to_device(rows, logits.device)
         tokens.index_copy_(0, idx, _race_rows(logits.index_select(0, idx), p, keys))
     return tokens
 

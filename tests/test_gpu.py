@@ -137,6 +137,16 @@ def test_sample_rows_gives_each_row_what_one_row_gives_on_cuda(kw):
     assert draw_tokens(x, draws).tolist() == one[:3] + [int(x[3].argmax())] + one[4:]
 
 
+def test_staged_copies_arrive_intact_through_the_ring():
+    """sparkdec/staging.py: pinned buffers reused in turn (more copies than buffers, shapes kept, a large copy)."""
+    from sparkdec import staging
+
+    outs = [(v, staging.to_device([[v, v + 1, v + 2], [7, 8, 9]], "cuda")) for v in range(3 * staging.RING)]
+    big = list(range(staging.CAPACITY + 5))
+    assert staging.to_device(big, "cuda").tolist() == big
+    assert all(t.tolist() == [[v, v + 1, v + 2], [7, 8, 9]] for v, t in outs)
+
+
 def test_keyed_noise_is_identical_on_cuda_and_cpu():
     from sparkdec.sampling import uniform_noise
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
+from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
 
@@ -153,7 +154,7 @@ class TableRows:
     def write(self, tables: list[list[int]], pad_to: int = 0) -> None:
         for i, tb in enumerate(tables):
             if self.written[i] != tb:
-                self.tables[i, :len(tb)].copy_(torch.tensor(tb, dtype=torch.long), non_blocking=True)
+                self.tables[i, :len(tb)].copy_(to_device(tb, self.tables.device))
                 self.written[i] = list(tb)
         for i in range(len(tables), pad_to):  # padding rows of a propose tier point at the trash page
             if self.written[i] is not None:

@@ -7,6 +7,7 @@ from sparkdec.engine.context import ForwardContext, build_context
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.kv_cache import KVCache
 from sparkdec.sampling import draw_tokens
+from sparkdec.staging import to_device
 
 
 def apply_fill(ids: torch.Tensor, fill) -> None:
@@ -14,8 +15,7 @@ def apply_fill(ids: torch.Tensor, fill) -> None:
     if fill is not None and fill[0]:
         rows, values, src = fill
         dev = ids.device
-        ids[torch.tensor(rows, dtype=torch.long).to(dev, non_blocking=True)] = \
-            values[torch.tensor(src, dtype=torch.long).to(dev, non_blocking=True)]
+        ids[to_device(rows, dev)] = values[to_device(src, dev)]
 
 
 class LogitRows:
@@ -117,14 +117,14 @@ class ModelRunner:
             logits_all, argmax_all = self.graphs.run(pieces, tier, fill)
             logits, first = LogitRows(logits_all, logit_rows), argmax_all[:num_tokens]  # no gather on the device
         else:
-            idx = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
+            idx = to_device(logit_rows, self.device)
             hidden, _ = self.target_forward(pieces, fill, prompt_from)
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
         if draws is not None:
             drawn = draw_tokens(logits.tensor() if tier is not None else logits, draws)
             if tier is not None:  # first is indexed by packed row there
-                at = torch.tensor(logit_rows, dtype=torch.long).to(self.device, non_blocking=True)
+                at = to_device(logit_rows, self.device)
                 first = first.clone().index_copy_(0, at, drawn)
             else:
                 first = drawn

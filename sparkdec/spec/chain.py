@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from sparkdec.engine.sequence import Sequence
+from sparkdec.staging import to_device
 
 
 @dataclass
@@ -32,7 +33,7 @@ class PendingPropose:
         idx = [where[id(s)] for s in spec]
         if idx == list(range(len(spec))):
             return self.drafts[:len(spec)], self.z[:len(spec)], self.conf[:len(spec)]
-        sel = torch.tensor(idx, device=self.drafts.device)
+        sel = to_device(idx, self.drafts.device)
         return self.drafts[sel], self.z[sel], self.conf[sel]
 
 

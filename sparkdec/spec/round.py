@@ -13,6 +13,7 @@ from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
 from sparkdec.spec.chain import PendingPropose, device_accept
+from sparkdec.staging import to_device
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
@@ -171,7 +172,7 @@ class RoundRunner:
 
         def before_read(first: torch.Tensor) -> None:
             events = self._events()
-            vals = torch.tensor([rows, ells, starts], dtype=torch.long).to(first.device, non_blocking=True)
+            vals = to_device([rows, ells, starts], first.device)  # [3, B]
             anchors, positions = device_accept(first, drafts_dev, vals[0], vals[1], vals[2], al)
             out = self.runner.propose_from_device([s.block_table for s in spec], anchors, positions)
             if events:

@@ -1,0 +1,38 @@
+"""Small host->device copies of integers through a ring of pinned buffers, never from pageable memory.
+
+CUDA makes a copy from pageable host memory wait for all work already queued on the stream. Work queued ahead
+(plain decoding one step ahead, the propose queued before the readback) would then stall the host until the device
+caught up, and the device would idle while the host launched what comes next.
+"""
+from __future__ import annotations
+
+import torch
+
+RING = 64  # buffers in turn: a buffer is reused only after the copy out of it has completed (its event)
+CAPACITY = 4096  # int64 values per buffer; larger copies pin a buffer of their own
+
+_buffers: list[torch.Tensor] = []
+_events: list[torch.cuda.Event | None] = []
+_turn = 0
+
+
+def to_device(values, device) -> torch.Tensor:
+    """values (ints, nested lists of ints) -> an int64 tensor on device, copied asynchronously on CUDA."""
+    host = torch.tensor(values, dtype=torch.int64)
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    if host.numel() > CAPACITY:
+        return host.pin_memory().to(device, non_blocking=True)
+    global _turn
+    if not _buffers:
+        _buffers.extend(torch.empty(CAPACITY, dtype=torch.int64).pin_memory() for _ in range(RING))
+        _events.extend([None] * RING)
+    slot, _turn = _turn, (_turn + 1) % RING
+    if _events[slot] is not None:
+        _events[slot].synchronize()  # the copy that last used this buffer (RING copies ago): long done
+    buf = _buffers[slot][:host.numel()].view(host.shape)
+    buf.copy_(host)
+    out = buf.to(device, non_blocking=True)
+    _events[slot] = torch.cuda.Event()
+    _events[slot].record()
+    return out
