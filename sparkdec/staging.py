@@ -25,7 +25,8 @@ def to_device(values, device) -> torch.Tensor:
         return host.pin_memory().to(device, non_blocking=True)
     global _turn
     if not _buffers:
-        _buffers.extend(torch.empty(CAPACITY, dtype=torch.int64).pin_memory() for _ in range(RING))
+        with torch.inference_mode(False):  # NOTE: ordinary tensors: written in and out of inference mode
+            _buffers.extend(torch.empty(CAPACITY, dtype=torch.int64).pin_memory() for _ in range(RING))
         _events.extend([None] * RING)
     slot, _turn = _turn, (_turn + 1) % RING
     if _events[slot] is not None:
