@@ -217,12 +217,6 @@ def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_po
 def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """probs [V] -> bool [V]: the tokens outside the smallest set, in descending probability (ties to the
     smaller id), whose mass reaches top_p."""
-    if probs.dim() == 2 and probs.shape[0] > 1 and probs.is_cuda:
-        # NOTE: row by row: CUDA sorts several long rows as segments, one block each (~ms); a sort is exact, so the
-        # same permutation either way
-        pairs = [torch.sort(row, descending=True, stable=True) for row in probs]
-        sorted_p, idx = torch.stack([p for p, _ in pairs]), torch.stack([i for _, i in pairs])
-    else:
-        sorted_p, idx = torch.sort(probs, descending=True, stable=True)
+    sorted_p, idx = torch.sort(probs, descending=True, stable=True)
     drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
     return torch.zeros_like(drop).scatter_(-1, idx, drop)
