@@ -261,14 +261,19 @@ def test_lookahead_equals_ordinary_rounds_with_graphs(target):
     assert [o.token_ids for o in ahead] == [o.token_ids for o in plain]
 
 
-def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs():
+@pytest.mark.parametrize("device_draws", [True, False])
+def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, monkeypatch):
     """Greedy speculative rounds with the next propose staged on the device and queued before the readback
     (spec/chain.py, ProposeGraphs.run_device) draft, verify and accept exactly what the ordinary rounds do, on the
     shipped tiny pair in bf16 with graphs; sequences of different lengths finish mid-run."""
     keys = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
     prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n"]
     params = [SamplingParams(max_tokens=90 + 40 * i, ignore_eos=True) for i in range(3)]
-    # exact-sampled rounds: rows drawn on the device with the verify, the propose queued from the drawn tokens
+    # exact-sampled rounds (round.DEVICE_DRAWS): rows drawn on the device with the verify, the propose queued from
+    # the drawn tokens; else drawn one at a time on acceptance
+    from sparkdec.spec import round as spec_round
+
+    monkeypatch.setattr(spec_round, "DEVICE_DRAWS", device_draws)
     params[1] = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, top_p=0.95, seed=7)
     runs = []
     for ahead in (True, False):

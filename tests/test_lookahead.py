@@ -110,10 +110,14 @@ def test_propose_queued_ahead_under_simulated_acceptance(spec_pair):
     assert runs[0] == runs[1] and all(r["num_accepted"] == 2 for r in runs[0][0][1][:-1])
 
 
-def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair):
-    """Exact-sampled rounds draw their verify rows on the device with the verify; the device accepts those drawn
-    tokens and queues the next propose before the readback: the same drafts, acceptances and tokens as the
-    ordinary round (which accepts on the host), and the same tokens as plain sampled decoding."""
+@pytest.mark.parametrize("device_draws", [True, False])
+def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair, device_draws, monkeypatch):
+    """Exact-sampled rounds with round.DEVICE_DRAWS draw their verify rows on the device with the verify; the device
+    accepts those drawn tokens and queues the next propose before the readback: the same drafts, acceptances and
+    tokens as the ordinary round (which accepts on the host), and the same tokens as plain sampled decoding."""
+    from sparkdec.spec import round as spec_round
+
+    monkeypatch.setattr(spec_round, "DEVICE_DRAWS", device_draws)
     ahead, plain = spec_pair
     prompts = ["def parse(line):\n", "import os\nimport sys\n"]
     params = [SamplingParams(max_tokens=50, ignore_eos=True, temperature=0.7, seed=11),
@@ -122,6 +126,6 @@ def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair):
     got, want = traced(ahead, prompts, params), traced(plain, prompts, params)
     assert got == want
     assert any(x["num_accepted"] for _, r in got for x in r)
-    assert ahead.engine.rounds.pending is not None  # the rounds went one propose ahead
+    assert (ahead.engine.rounds.pending is not None) == device_draws  # the rounds went one propose ahead
     alone = LLM(device="cpu", speculative=False).generate(prompts, params)
     assert [t for t, _ in got] == [o.token_ids for o in alone]

@@ -20,6 +20,11 @@ from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
 
 
 GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
+# exact-sampled rounds draw all their verify rows on the device with the verify and queue the next propose from them
+# (spec/chain.py). Off: on the H200 a 4B round with top-p took 6.7 ms at one token per round against 4.3 for a
+# greedy round (every row's top-p sorts 152k entries; the per-row draw stops at the first mismatch).
+# kernels_h200_2026-11-30_session6_sampled.json. Tests run it on.
+DEVICE_DRAWS = False
 
 
 class RoundRunner:
@@ -56,7 +61,7 @@ class RoundRunner:
     def _device_draws(self, seq: Sequence) -> bool:
         """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
         the ordinary sampler) and read back with it, in place of their argmax?"""
-        return (not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
+        return (DEVICE_DRAWS and not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
                 and not fused_sampler_on())
 
     def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):

@@ -5,7 +5,7 @@ import torch
 
 from sparkdec.engine.runner import LogitRows
 from sparkdec.sampling import (STREAM_ACCEPT, STREAM_RESIDUAL, STREAM_TARGET, SamplingParams, fused, fused_rows,
-                               processed_probs, sample_from, sample_rows, uniform_noise)
+                               processed_probs, sample_from, sample_token, uniform_noise)
 
 
 def accept_greedy(target_tokens: list[int], drafts: list[int]) -> list[int]:
@@ -22,11 +22,20 @@ def accept_greedy(target_tokens: list[int], drafts: list[int]) -> list[int]:
 
 def accept_exact(logits: torch.Tensor, drafts: list[int], params: SamplingParams, seed: int, s: int) -> list[int]:
     """Sample the target at each row with noise keyed on (seed, position); keep the matching prefix.
-    Row k (position s+k) emits the token for position s+k+1, exactly as plain sampled decoding would. All ℓ+1
-    rows are drawn in one batch of operations (sampling.sample_rows, or the fused kernel) and read back once."""
-    rows = logits.tensor() if isinstance(logits, LogitRows) else logits
-    draw = fused_rows if fused(rows) else sample_rows
-    return accept_greedy(draw(rows[:len(drafts) + 1], params, seed, s + 1).tolist(), drafts)
+    Row k (position s+k) emits the token for position s+k+1, exactly as plain sampled decoding would. Rows are
+    drawn one at a time up to the first mismatch (each draw sorts a whole row for top-p: drawing all ℓ+1 rows
+    in one batch cost more on the H200, kernels_h200_2026-11-30_session6_sampled.json); the fused sampler draws
+    them all in one call."""
+    if fused(logits.logits if isinstance(logits, LogitRows) else logits):
+        rows = logits.tensor() if isinstance(logits, LogitRows) else logits
+        return accept_greedy(fused_rows(rows[:len(drafts) + 1], params, seed, s + 1).tolist(), drafts)
+    out = []
+    for k in range(len(drafts) + 1):
+        token = sample_token(logits[k], params, seed, s + k + 1)
+        out.append(token)
+        if k == len(drafts) or token != drafts[k]:
+            break
+    return out
 
 
 def accept_rejection(logits: torch.Tensor, z: torch.Tensor, drafts: list[int], params: SamplingParams,
