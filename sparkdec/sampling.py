@@ -145,9 +145,8 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, seed: int, positi
 def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
     """The sampled tokens at positions first_position .. + R - 1 given the logits [R, V] of the rows before them,
     as a device tensor [R] with no host read: the exponential race of sample_from over the distribution of
-    processed_probs, every row on its own but all rows in one batch of operations (a speculative round's rows
-    cost about what one row costs). Plain decoding samples through this too (R = 1), so both take the same
-    operations. The race argmax p_i / E_i does not depend on p's scale: top-p's kept mass is not renormalised
+    processed_probs, every row on its own but all rows in one batch of operations. Plain decoding samples
+    through this too, so a row gets the same token whichever way it is drawn. The race argmax p_i / E_i does not depend on p's scale: top-p's kept mass is not renormalised
     (a sum over the row would make a row's bits depend on how the reduction is split, which can follow R)."""
     keys = [_mix(seed, first_position + r, STREAM_TARGET) for r in range(logits.shape[0])]
     return _race_rows(logits, params, keys)

@@ -13,10 +13,10 @@ from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
 from sparkdec.spec.chain import PendingPropose, device_accept
-from sparkdec.staging import to_device
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
+from sparkdec.staging import to_device
 
 
 GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
@@ -103,6 +103,7 @@ class RoundRunner:
         gamma = drafts_dev.shape[1] if spec else 0
         row_of = {id(s): i for i, s in enumerate(spec)}
         pieces, logit_rows, spans, fill_rows, fill_src, draws = [], [], [], [], [], []
+        drawn = any(self._device_draws(seq) for seq in dec)  # rows drawn with the verify: their draws
         start = 0  # packed row where the next piece begins
         for seq in dec:
             i = row_of.get(id(seq))
@@ -114,8 +115,8 @@ class RoundRunner:
             fill_src += range(i * gamma, i * gamma + ell) if ell else []
             spans.append((seq, len(logit_rows), ell + 1, i))
             logit_rows.extend(range(start, start + ell + 1))
-            # row k (position s + k) draws the token at s + k + 1
-            draws += [(seq.params, seq.seed, s + k + 1) for k in range(ell + 1)]
+            if drawn:  # row k (position s + k) draws the token at s + k + 1
+                draws += [(seq.params, seq.seed, s + k + 1) for k in range(ell + 1)]
             start += ell + 1
         prefill_done = []
         for seq, a, b in batch.prefill:
@@ -124,7 +125,7 @@ class RoundRunner:
             if b == len(seq.prompt_ids):
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
-                draws.append((GREEDY, 0, 0))  # its first token is drawn below, as ever
+                draws += [(GREEDY, 0, 0)] if drawn else []  # its first token is drawn below, as ever
             start += b - a
         fill = (fill_rows, drafts_dev.reshape(-1), fill_src) if spec else None
         readback = (drafts_dev, conf_dev) if spec else ()
@@ -132,7 +133,6 @@ class RoundRunner:
         prompt_from = len(dec) if batch.prefill and context.PREFILL_KERNEL else None  # the first prompt piece
         mark = events[2].record if events else None
         ahead = self._propose_ahead(spec, spans, drafts_dev) if self._chains(dec, spec) else None
-        drawn = any(self._device_draws(seq) for seq in dec)
         logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
                                           draws if drawn else None)
         argmax = host[0]
