@@ -8,6 +8,7 @@ import torch
 
 from sparkdec.env import flag
 from sparkdec.errors import InvalidSamplingParamsError
+from sparkdec.staging import to_device
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,6 @@ def uniform_noise(seed: int, position: int, stream: int, n: int, device) -> torc
 def keyed_uniforms(keys: list[int], n: int, device) -> torch.Tensor:
     """[len(keys), n]: row r is uniform_noise's n uniforms for key r = _mix(seed, position, stream) (one batch of
     device ops; the keys travel in one small host->device copy)."""
-    from sparkdec.staging import to_device
-
     x = torch.arange(1, n + 1, dtype=torch.int64, device=device) * _GOLDEN  # [n]
     return _splitmix_uniforms(x[None, :] + to_device(keys, device)[:, None])
 
@@ -116,14 +115,19 @@ def _splitmix_uniforms(x: torch.Tensor) -> torch.Tensor:
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [V] float32 -> the distribution plain sampling draws from (temperature, top-k, top-p)."""
+    probs = _filtered_probs(logits, params)
+    return probs / probs.sum() if params.top_p < 1.0 else probs
+
+
+def _filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [..., V] -> softmax(logits / T) over the top-k, with top-p's tail set to 0 (not renormalised)."""
     x = logits.float() / params.temperature
     if params.top_k and params.top_k < x.shape[-1]:
-        kth = torch.topk(x, params.top_k).values[-1]
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
     if params.top_p < 1.0:
         probs = probs.masked_fill(_top_p_drop(probs, params.top_p), 0.0)
-        probs = probs / probs.sum()
     return probs
 
 
@@ -146,8 +150,9 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_p
     """The sampled tokens at positions first_position .. + R - 1 given the logits [R, V] of the rows before them,
     as a device tensor [R] with no host read: the exponential race of sample_from over the distribution of
     processed_probs, every row on its own but all rows in one batch of operations. Plain decoding samples
-    through this too, so a row gets the same token whichever way it is drawn. The race argmax p_i / E_i does not depend on p's scale: top-p's kept mass is not renormalised
-    (a sum over the row would make a row's bits depend on how the reduction is split, which can follow R)."""
+    through this too, so a row gets the same token whichever way it is drawn. The race argmax p_i / E_i does not
+    depend on p's scale: top-p's kept mass is not renormalised (a sum over the row would make a row's bits depend
+    on how the reduction is split, which can follow R)."""
     keys = [_mix(seed, first_position + r, STREAM_TARGET) for r in range(logits.shape[0])]
     return _race_rows(logits, params, keys)
 
@@ -156,8 +161,6 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
     """The token of each row of logits [n, V] given its (params, seed, position of the token), as a device tensor
     [n] with no host read: greedy rows take the argmax; sampled rows, grouped by their filters, the race of
     sample_rows (each row keyed on its own seed and position, so grouping changes no row)."""
-    from sparkdec.staging import to_device
-
     tokens = logits.argmax(-1)
     groups: dict[tuple, list[int]] = {}
     for r, (p, _, _) in enumerate(draws):
@@ -173,14 +176,8 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
 
 def _race_rows(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -> torch.Tensor:
     """sample_rows with row r's noise keyed on keys[r]."""
-    x = logits.float() / params.temperature  # [R, V]
-    if params.top_k and params.top_k < x.shape[-1]:
-        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]  # [R, 1]
-        x = x.masked_fill(x < kth, float("-inf"))
-    probs = torch.softmax(x, dim=-1)
-    if params.top_p < 1.0:
-        probs = probs.masked_fill(_top_p_drop(probs, params.top_p), 0.0)
-    e = -torch.log(keyed_uniforms(keys, x.shape[1], x.device))
+    probs = _filtered_probs(logits, params)  # [R, V]
+    e = -torch.log(keyed_uniforms(keys, probs.shape[1], probs.device))
     return torch.argmax(probs.double() / e, dim=-1)
 
 
