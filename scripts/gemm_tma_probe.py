@@ -44,7 +44,7 @@ def _gemm_tma_kernel(x_desc, w_desc, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, st
         acc = tl.dot(x, tl.trans(w), acc)
     pdl_release(1)
     finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
-                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K, out_ptr.dtype.element_ty)
 
 
 def gemm_tma(x, w, cfg, silu=False, residual=None, out=None):

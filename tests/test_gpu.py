@@ -183,6 +183,31 @@ def test_fused_markov_step_matches_reference_chain():
     triton_markov.CHAIN_PROGRAMS = 264
 
 
+def test_propose_kernels_and_float_logits_match_torch_on_cuda():
+    """The block embedding and confidence kernels against the torch path, and float32 logits from the product's
+    own epilogue bit-equal to the bf16 product converted."""
+    from sparkdec.models.dspark import ConfidenceHead
+    from sparkdec.ops.triton_gemm import gemm
+    from sparkdec.ops.triton_propose import block_embed, confidences
+
+    torch.manual_seed(0)
+    v, d, r, gamma = 151936, 2560, 256, 7
+    table = torch.randn(v, d, device="cuda", dtype=torch.bfloat16)
+    w1 = torch.randn(v, r, device="cuda", dtype=torch.bfloat16)
+    anchors = torch.tensor([3, v - 1], device="cuda")
+    drafts = torch.randint(0, v, (2, gamma), device="cuda")
+    ids = torch.full((2, gamma), 151669, device="cuda")
+    ids[:, 0] = anchors
+    assert torch.equal(block_embed(table, anchors, gamma, 151669), table[ids.view(-1)])
+    h = torch.randn(2, gamma, d, device="cuda", dtype=torch.bfloat16)
+    head = ConfidenceHead(d + r).to("cuda", torch.bfloat16)
+    es = w1[torch.cat([anchors[:, None], drafts[:, :-1]], 1)]
+    got = confidences(h, w1, anchors, drafts, head.proj.weight, head.proj.bias)
+    assert torch.allclose(got, head(h, es), atol=1e-4)
+    x = torch.randn(7, d, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(gemm(x, table, out_dtype=torch.float32), gemm(x, table).float())
+
+
 def test_eager_attention_in_row_ranges_equals_one_call():
     """A long eager chunk split into row ranges (workspace budget) gives the same bits as one call."""
     import sparkdec.ops.triton_attention as ta

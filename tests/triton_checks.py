@@ -28,6 +28,8 @@ def check_gemm():
         for m in (1, 5, 16, 17, 39):  # a row's result does not depend on how many rows share the call
             assert torch.equal(gemm(x[:m], w), out[:m]), (n, k, m)
         close(gemm(x, w, residual=r), r + x @ w.T)
+        xh, wh = x.to(torch.bfloat16), w.to(torch.bfloat16)  # float32 logits: rounded to bf16 first, one launch
+        assert torch.equal(gemm(xh, wh, out_dtype=torch.float32), gemm(xh, wh).float())
         g, u = torch.randn(n, k), torch.randn(n, k)
         close(gemm(x, interleave_gate_up(g, u), silu=True), torch.nn.functional.silu(x @ g.T) * (x @ u.T))
     assert all(int(c.abs().sum()) == 0 for c in triton_gemm._COUNTERS.values()), "split-K counters not reset"
@@ -91,6 +93,25 @@ def check_markov_chain(w1, w2, u, anchors, z_ref, drafts_ref):
         triton_markov.markov_chain(anchors, w1, w2, u, z, drafts)
         assert torch.equal(z, z_ref) and torch.equal(drafts, drafts_ref), (programs, drafts, drafts_ref)
     triton_markov.CHAIN_PROGRAMS = 264
+
+
+def check_propose_kernels():
+    """ops/triton_propose.py: the block's embedded rows and the confidence head against the torch reference."""
+    from sparkdec.models.dspark import ConfidenceHead
+    from sparkdec.ops.triton_propose import block_embed, confidences
+
+    v, d, r, gamma = 50, 40, 8, 4
+    table, w1 = torch.randn(v, d), torch.randn(v, r)
+    anchors, drafts = torch.tensor([3, 49]), torch.tensor([[5, 6, 7, 8], [0, 1, 2, 9]])
+    ids = torch.full((2, gamma), 11)
+    ids[:, 0] = anchors
+    assert torch.equal(block_embed(table, anchors, gamma, 11), table[ids.view(-1)])
+    h = torch.randn(2, gamma, d)
+    for with_e in (True, False):
+        head = ConfidenceHead(d + (r if with_e else 0))
+        es = w1[torch.cat([anchors[:, None], drafts[:, :-1]], 1)] if with_e else None
+        got = confidences(h, w1 if with_e else None, anchors, drafts, head.proj.weight.data, head.proj.bias.data)
+        close(got, head(h, es).detach(), 1e-5)
 
 
 def check_keyed_race():
@@ -165,5 +186,6 @@ if __name__ == "__main__":
     check_qkv_rope_store()
     check_fused_layer()
     check_markov_step()
+    check_propose_kernels()
     check_keyed_race()
     print("ok")

@@ -196,9 +196,7 @@ class ModelRunner:
     def propose_rows(self, anchors: torch.Tensor, ctx: ForwardContext, pick, greedy: bool = False):
         """Block [x0, M, ..., M] per sequence (ctx holds its rows) -> drafts [B, γ], z [B, γ, V], conf [B, γ]."""
         gamma, b = self.draft_cfg.block_size, anchors.shape[0]
-        ids = torch.full((b, gamma), self.draft_cfg.mask_token_id, dtype=torch.long, device=self.device)
-        ids[:, 0] = anchors
-        h = self.drafter.block_hidden(ids.view(-1), ctx, self.draft_kv.layers)  # [B*γ, d]
+        h = self.drafter.block_hidden_rows(self.drafter.embed_block(anchors), ctx, self.draft_kv.layers)  # [B*γ, d]
         return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick, greedy)
 
     @torch.inference_mode()

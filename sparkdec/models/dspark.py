@@ -92,15 +92,30 @@ class DSparkDrafter(nn.Module):
         for layer, kv in zip(self.layers, kv_layers):
             layer.self_attn.write_kv(ctx, positions, slots, kv, self.rope)
 
+    def embed_block(self, anchors: torch.Tensor) -> torch.Tensor:
+        """anchors [B] -> the embedded block rows [x0, M, ..., M] of every sequence [B*γ, d] (one launch on CUDA)."""
+        gamma, mask_id = self.config.block_size, self.config.mask_token_id
+        table = self._shared["embed"].weight
+        if anchors.is_cuda:
+            from sparkdec.ops.triton_propose import block_embed
+
+            return block_embed(table, anchors, gamma, mask_id)
+        ids = torch.full((anchors.shape[0], gamma), mask_id, dtype=torch.long, device=anchors.device)
+        ids[:, 0] = anchors
+        return self._shared["embed"](ids.view(-1))
+
     def block_hidden(self, input_ids: torch.Tensor, ctx: ForwardContext, kv_layers) -> torch.Tensor:
         """Block rows [B*γ] (anchor, mask, ...) -> final-normed hidden [B*γ, d]."""
-        h = self._shared["embed"](input_ids)
+        return self.block_hidden_rows(self._shared["embed"](input_ids), ctx, kv_layers)
+
+    def block_hidden_rows(self, h: torch.Tensor, ctx: ForwardContext, kv_layers) -> torch.Tensor:
+        """Embedded block rows [B*γ, d] -> final-normed hidden [B*γ, d]."""
         for layer, kv in zip(self.layers, kv_layers):
             h = layer(h, ctx, kv, self.rope)
         return self.norm(h)
 
     def base_logits(self, h: torch.Tensor) -> torch.Tensor:
-        return linear(h, self._shared["lm_head"].weight).float()
+        return linear(h, self._shared["lm_head"].weight, torch.float32)
 
     def markov_chain(self, h: torch.Tensor, anchors: torch.Tensor, pick, greedy: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -125,7 +140,8 @@ class DSparkDrafter(nn.Module):
             prev = pick(z, k)
             drafts.append(prev)
             zs.append(z)
-        return torch.stack(drafts, 1), torch.stack(zs, 1), self._confidences(h, torch.stack(es, 1) if es else None)
+        drafts = torch.stack(drafts, 1)
+        return drafts, torch.stack(zs, 1), self._confidences(h, anchors, drafts)
 
     def _fused_markov_ok(self) -> bool:
         from sparkdec.ops.triton_markov import supported
@@ -147,12 +163,20 @@ class DSparkDrafter(nn.Module):
             prev = anchors.clone()
             for k in range(gamma):
                 triton_markov.markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
-        es = self.markov_head.markov_w1(torch.cat([anchors[:, None], drafts[:, :-1]], 1))  # [B, γ, r]
-        return drafts, z, self._confidences(h, es)
+        return drafts, z, self._confidences(h, anchors, drafts)
 
-    def _confidences(self, h: torch.Tensor, es: torch.Tensor | None) -> torch.Tensor:
+    def _confidences(self, h: torch.Tensor, anchors: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """h [B, γ, d], anchors [B], drafts [B, γ] -> [B, γ]; the head sees each slot's previous token through
+        W1 (the anchor for slot 0) when it was trained with the Markov embedding."""
         b, gamma = h.shape[:2]
-        if self.confidence_head is not None:
-            with_e = es is not None and self.config.confidence_head_with_markov
-            return self.confidence_head(h, es if with_e else None)  # [B, γ]
-        return torch.ones(b, gamma, device=h.device)
+        if self.confidence_head is None:
+            return torch.ones(b, gamma, device=h.device)
+        w1 = self.markov_head.markov_w1.weight if self.markov_head is not None else None
+        w1 = w1 if self.config.confidence_head_with_markov else None
+        if h.is_cuda:
+            from sparkdec.ops.triton_propose import confidences
+
+            proj = self.confidence_head.proj
+            return confidences(h, w1, anchors, drafts, proj.weight, proj.bias)
+        es = None if w1 is None else w1[torch.cat([anchors[:, None], drafts[:, :-1]], 1)]  # [B, γ, r]
+        return self.confidence_head(h, es)

@@ -191,4 +191,4 @@ class Qwen3ForCausalLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [R, d] -> float32 logits [R, V]."""
-        return linear(hidden, self.lm_head.weight).float()
+        return linear(hidden, self.lm_head.weight, torch.float32)

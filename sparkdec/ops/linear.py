@@ -11,14 +11,16 @@ import torch.nn.functional as F
 ROW_TILE = 16
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ weight[N, K]^T -> [M, N], with per-row results independent of M."""
+def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [M, K] @ weight[N, K]^T -> [M, N], with per-row results independent of M. out_dtype: the product in
+    x's dtype, then converted (float32 logits; one launch on CUDA)."""
     if x.is_cuda:
         from sparkdec.ops.triton_gemm import gemm
 
-        return gemm(x.contiguous(), weight)
+        return gemm(x.contiguous(), weight, out_dtype=out_dtype)
     m = x.shape[0]
     padded = -(-m // ROW_TILE) * ROW_TILE
     if padded != m:
         x = torch.cat([x, x.new_zeros(padded - m, x.shape[1])])
-    return F.linear(x, weight)[:m]
+    y = F.linear(x, weight)[:m]
+    return y if out_dtype is None else y.to(out_dtype)

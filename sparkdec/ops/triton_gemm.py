@@ -136,8 +136,10 @@ def _mma(acc, x, w, IEEE: tl.constexpr):
 
 @triton.jit
 def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU: tl.constexpr,
-              RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, OUT_N: tl.constexpr):
-    dt = out_ptr.dtype.element_ty
+              RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, OUT_N: tl.constexpr, DT: tl.constexpr):
+    # DT: the activations' dtype. Results are rounded to it, then stored as the output's dtype (float32 logits:
+    # the rounded value, as the reference `linear(h, W).float()`, without a second kernel)
+    dt = DT
     cols = pid_n * OUT_N + tl.arange(0, OUT_N)
     if SILU:
         gate, up = tl.split(tl.reshape(acc, [BLOCK_M, OUT_N, 2]))  # [BLOCK_M, OUT_N] each
@@ -150,7 +152,7 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
         r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=omask, other=0.0)
         # NOTE: the sum is rounded to the activation dtype, as the reference `h = h + delta` does
         y = (r.to(tl.float32) + y.to(tl.float32)).to(dt)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y, mask=omask)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=omask)
 
 
 @triton.jit
@@ -171,6 +173,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     wmask = wrows < (2 * N if SILU else N)
     k_begin = pid_s * K_SLICE
     # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
+    # (two or three tiles were slower: propose_glue_ahead_ab_h200_2026-11-30.json)
     w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
     pdl_wait(PDL)
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
@@ -182,18 +185,19 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
     pdl_release(PDL)
     finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
-                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K)
+                SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K, x_ptr.dtype.element_ty)
 
 
 @triton.jit
 def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
                 SILU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                OUT_N: tl.constexpr, SPLIT_K: tl.constexpr):
+                OUT_N: tl.constexpr, SPLIT_K: tl.constexpr, DT: tl.constexpr):
     """The epilogue of one tile; with SPLIT_K, every slice stores its fp32 partial product and the tile's last
     program to arrive sums them in slice order (0, 1, ...), so the result does not depend on which program
     finished first."""
     if SPLIT_K == 1:
-        _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N)
+        _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M, OUT_N,
+                  DT)
     else:
         tile = pid_n * tl.num_programs(0) + pid_m
         num_tiles = tl.num_programs(0) * tl.num_programs(1)
@@ -208,13 +212,15 @@ def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_
                 total += tl.load(ws_ptr + (s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, cache_modifier=".cg")
             tl.atomic_xchg(cnt_ptr + tile, 0)
             _epilogue(total, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm, SILU, RESIDUAL, BLOCK_M,
-                      OUT_N)
+                      OUT_N, DT)
 
 
-def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
+         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
-    residual [M, N]: add it to the product."""
+    residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
+    as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch)."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -223,7 +229,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         split_k = 1
     block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
     if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
     if m == 0:
         return out
     res = residual if residual is not None else out

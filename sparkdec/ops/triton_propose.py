@@ -1,0 +1,75 @@
+"""The propose's small steps in one launch each (CUDA): the block's embedded rows and the confidence head.
+
+Each replaces several torch kernels of the propose graph (fill, copy and gather; gather, casts, products,
+sums and sigmoid). Their references are the torch paths in models/dspark.py; tests/triton_checks.py runs
+both in Triton's interpreter.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sparkdec.ops.triton_gemm import pdl_args, pdl_wait
+
+
+@triton.jit
+def _block_embed_kernel(table_ptr, anchors_ptr, out_ptr, mask_id, stride_t, stride_o, D: tl.constexpr,
+                        GAMMA: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    row = tl.program_id(0)  # sequence row // GAMMA, slot row % GAMMA
+    offs = tl.arange(0, BLOCK)
+    pdl_wait(PDL)  # the anchors may come from the previous kernel (a propose queued from the drafts on the device)
+    tok = tl.load(anchors_ptr + row // GAMMA)
+    tok = tl.where(row % GAMMA == 0, tok, mask_id).to(tl.int64)
+    for d0 in range(0, D, BLOCK):
+        m = d0 + offs < D
+        tl.store(out_ptr + row * stride_o + d0 + offs, tl.load(table_ptr + tok * stride_t + d0 + offs, mask=m), mask=m)
+
+
+def block_embed(table: torch.Tensor, anchors: torch.Tensor, gamma: int, mask_id: int) -> torch.Tensor:
+    """table [V, d], anchors [B] -> [B*γ, d]: the embedded block rows [x0, M, ..., M] of every sequence."""
+    b, d = anchors.shape[0], table.shape[1]
+    out = torch.empty(b * gamma, d, dtype=table.dtype, device=table.device)
+    _block_embed_kernel[(b * gamma,)](table, anchors, out, mask_id, table.stride(0), out.stride(0), D=d, GAMMA=gamma,
+                                      BLOCK=min(4096, triton.next_power_of_2(d)), **pdl_args())
+    return out
+
+
+@triton.jit
+def _confidence_kernel(h_ptr, w1_ptr, anchors_ptr, drafts_ptr, w_ptr, b_ptr, out_ptr, stride_h, stride_dr,
+                       D: tl.constexpr, R: tl.constexpr, R_PAD: tl.constexpr, WITH_E: tl.constexpr,
+                       GAMMA: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    row = tl.program_id(0)  # sequence row // GAMMA, slot row % GAMMA
+    seq, k = row // GAMMA, row % GAMMA
+    offs = tl.arange(0, BLOCK_D)
+    bias = tl.load(b_ptr).to(tl.float32)  # weights: read while the previous kernel drains
+    pdl_wait(PDL)
+    logit = tl.zeros([BLOCK_D], tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        m = d0 + offs < D
+        h = tl.load(h_ptr + row * stride_h + d0 + offs, mask=m, other=0.0).to(tl.float32)
+        logit += h * tl.load(w_ptr + d0 + offs, mask=m, other=0.0).to(tl.float32)
+    total = tl.sum(logit, 0)
+    if WITH_E:  # the Markov embedding of the slot's previous token: the anchor, then the drafts
+        prev = tl.where(k > 0, tl.load(drafts_ptr + seq * stride_dr + k - 1, mask=k > 0, other=0),
+                        tl.load(anchors_ptr + seq))
+        rs = tl.arange(0, R_PAD)
+        rm = rs < R
+        e = tl.load(w1_ptr + prev.to(tl.int64) * R + rs, mask=rm, other=0.0).to(tl.float32)
+        total += tl.sum(e * tl.load(w_ptr + D + rs, mask=rm, other=0.0).to(tl.float32), 0)
+    tl.store(out_ptr + row, tl.sigmoid(total + bias))
+
+
+def confidences(h: torch.Tensor, w1: torch.Tensor | None, anchors: torch.Tensor, drafts: torch.Tensor,
+                weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """h [B, γ, d], W1 [V, R] (None: the head reads h only), anchors [B], drafts [B, γ], the head's weight
+    [1, d (+R)] and bias [1] -> c [B, γ] float32 = sigmoid(w . [h_k ; W1[d_{k-1}]] + b), d_{-1} the anchor."""
+    b, gamma, d = h.shape
+    h = h.reshape(b * gamma, d)
+    out = torch.empty(b, gamma, dtype=torch.float32, device=h.device)
+    r = w1.shape[1] if w1 is not None else 1
+    _confidence_kernel[(b * gamma,)](h, w1 if w1 is not None else weight, anchors, drafts, weight, bias, out,
+                                     h.stride(0), drafts.stride(0), D=d, R=r, R_PAD=triton.next_power_of_2(r),
+                                     WITH_E=w1 is not None, GAMMA=gamma,
+                                     BLOCK_D=min(1024, triton.next_power_of_2(d)), **pdl_args())
+    return out
