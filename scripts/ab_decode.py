@@ -21,6 +21,9 @@ from sparkdec.bench.shapes import param_bytes, random_models
 from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
+    "base": {},
+    "split64": {(triton_attention, "SPLIT"): 64},
+    "split32": {(triton_attention, "SPLIT"): 32, (triton_attention, "SPLIT_BLOCK_N"): 32},
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
     "pdl_early": {(triton_gemm, "PDL_MODE"): 2},
     "pdl_off": {(triton_gemm, "PDL_MODE"): 0},

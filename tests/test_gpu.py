@@ -181,6 +181,14 @@ def test_fused_markov_step_matches_reference_chain():
         triton_markov.markov_chain(torch.tensor([1, 7, 151935], device="cuda"), w1, w2, u, z2, drafts2)
         assert torch.equal(z2, z) and torch.equal(drafts2, drafts), programs
     triton_markov.CHAIN_PROGRAMS = 264
+    tail_drafts = torch.full_like(drafts, -1)  # the last draft reduced by the confidence kernel instead
+    tail = triton_markov.markov_chain(torch.tensor([1, 7, 151935], device="cuda"), w1, w2, u, z2, tail_drafts,
+                                      finish=False)
+    from sparkdec.ops.triton_propose import confidences
+
+    confidences(torch.randn(b, gamma, 64, device="cuda"), None, torch.tensor([1, 7, 151935], device="cuda"),
+                tail_drafts, torch.randn(1, 64, device="cuda"), torch.randn(1, device="cuda"), tail)
+    assert torch.equal(tail_drafts, drafts)
 
 
 def test_propose_kernels_and_float_logits_match_torch_on_cuda():

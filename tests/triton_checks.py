@@ -92,6 +92,15 @@ def check_markov_chain(w1, w2, u, anchors, z_ref, drafts_ref):
         z, drafts = torch.empty_like(z_ref), torch.empty_like(drafts_ref)
         triton_markov.markov_chain(anchors, w1, w2, u, z, drafts)
         assert torch.equal(z, z_ref) and torch.equal(drafts, drafts_ref), (programs, drafts, drafts_ref)
+    # the last draft reduced by the confidence kernel instead (the propose's fused tail)
+    from sparkdec.ops.triton_propose import confidences
+
+    z, drafts = torch.empty_like(z_ref), torch.full_like(drafts_ref, -1)
+    tail = triton_markov.markov_chain(anchors, w1, w2, u, z, drafts, finish=False)
+    assert (drafts[:, -1] == -1).all()
+    h = torch.randn(*drafts.shape, 8)
+    confidences(h, None, anchors, drafts, torch.randn(1, 8), torch.randn(1), tail)
+    assert torch.equal(drafts, drafts_ref), (drafts, drafts_ref)
     triton_markov.CHAIN_PROGRAMS = 264
 
 

@@ -157,17 +157,19 @@ class DSparkDrafter(nn.Module):
         w1, w2 = self.markov_head.markov_w1.weight, self.markov_head.markov_w2.weight
         drafts = torch.empty(b, gamma, dtype=torch.long, device=u.device)
         z = torch.empty(b, gamma, v, dtype=torch.float32, device=u.device)
-        if triton_markov.CHAIN:
-            triton_markov.markov_chain(anchors, w1, w2, u, z, drafts)
+        tail = None
+        if triton_markov.CHAIN:  # the last draft is reduced by the confidence kernel when there is a head
+            tail = triton_markov.markov_chain(anchors, w1, w2, u, z, drafts, finish=self.confidence_head is None)
         else:
             prev = anchors.clone()
             for k in range(gamma):
                 triton_markov.markov_step(prev, w1, w2, u[:, k], z[:, k], drafts[:, k])
-        return drafts, z, self._confidences(h, anchors, drafts)
+        return drafts, z, self._confidences(h, anchors, drafts, tail)
 
-    def _confidences(self, h: torch.Tensor, anchors: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    def _confidences(self, h: torch.Tensor, anchors: torch.Tensor, drafts: torch.Tensor, tail=None) -> torch.Tensor:
         """h [B, γ, d], anchors [B], drafts [B, γ] -> [B, γ]; the head sees each slot's previous token through
-        W1 (the anchor for slot 0) when it was trained with the Markov embedding."""
+        W1 (the anchor for slot 0) when it was trained with the Markov embedding. tail (CUDA): the fused chain's
+        unreduced last slot; the confidence kernel also writes drafts[:, γ-1] from it."""
         b, gamma = h.shape[:2]
         if self.confidence_head is None:
             return torch.ones(b, gamma, device=h.device)
@@ -177,6 +179,6 @@ class DSparkDrafter(nn.Module):
             from sparkdec.ops.triton_propose import confidences
 
             proj = self.confidence_head.proj
-            return confidences(h, w1, anchors, drafts, proj.weight, proj.bias)
+            return confidences(h, w1, anchors, drafts, proj.weight, proj.bias, tail)
         es = None if w1 is None else w1[torch.cat([anchors[:, None], drafts[:, :-1]], 1)]  # [B, γ, r]
         return self.confidence_head(h, es)

@@ -7,6 +7,8 @@ smaller id, as torch.argmax) and writes the draft, which is also the next slot's
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -148,19 +150,32 @@ def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u
 
 
 @triton.jit
+def _walk(t0, j, TILES: tl.constexpr, WALK: tl.constexpr):
+    """The j-th tile of the range t0 .. t0 + TILES - 1: WALK 0 forward, 1 backward. (Alternating between both
+    ends was slower: attention_split_chain_order_ab_h200_2026-11-30.json.)"""
+    if WALK == 0:
+        return t0 + j
+    return t0 + TILES - 1 - j
+
+
+def _slot_walk(k: int) -> int:
+    return int(CHAIN_PINGPONG and k % 2 == 1)
+
+
+@triton.jit
 def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr,
                   pidx_ptr, B, V, stride_u, stride_z, TILES: tl.constexpr, R: tl.constexpr,
                   BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr, FIRST: tl.constexpr, CHUNK: tl.constexpr,
-                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, REVERSE: tl.constexpr, PDL: tl.constexpr):
+                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, WALK: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     n_parts = tl.num_programs(0)
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     rs = tl.arange(0, R)
     rmask = rows < B
     t0 = pid * TILES  # TILES tiles per program; the last program's tiles past the vocabulary are masked off
-    # the j-th tile walked: t0 + j, or t0 + TILES - 1 - j with REVERSE (0 or 1); the first is a weight, read while
+    # the j-th tile walked (_walk: forward or backward); the first is a weight, read while
     # the previous kernel drains
-    w2 = _load_w2(w2_ptr, t0 + REVERSE * (TILES - 1), rs, V, R, BLOCK_V)
+    w2 = _load_w2(w2_ptr, _walk(t0, 0, TILES, WALK), rs, V, R, BLOCK_V)
     pdl_wait(PDL)
     if FIRST:
         prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
@@ -170,11 +185,11 @@ def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, 
         if pid == 0:
             tl.store(drafts_ptr + rows * stride_d, prev.to(tl.int64), mask=rmask)
     e = tl.load(w1_ptr + prev[:, None].to(tl.int64) * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
-    best, best_idx = _chain_tile(e, w2, t0 + REVERSE * (TILES - 1), tl.full([BLOCK_B], float("-inf"), tl.float32),
+    best, best_idx = _chain_tile(e, w2, _walk(t0, 0, TILES, WALK), tl.full([BLOCK_B], float("-inf"), tl.float32),
                                  tl.zeros([BLOCK_B], tl.int32), u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
                                  BLOCK_V, IEEE)
     for j in range(1, TILES):
-        t = t0 + j + REVERSE * (TILES - 1 - 2 * j)
+        t = _walk(t0, j, TILES, WALK)
         w2 = _load_w2(w2_ptr, t, rs, V, R, BLOCK_V)
         best, best_idx = _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
                                      BLOCK_V, IEEE)
@@ -184,10 +199,12 @@ def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, 
 
 
 def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch.Tensor, z: torch.Tensor,
-                 drafts: torch.Tensor) -> None:
+                 drafts: torch.Tensor, finish: bool = True) -> ChainTail | None:
     """The greedy chain of all γ slots: anchors [B] int64, W1 [V, R], W2 [V, R], u [B, γ, V] float32 ->
     z [B, γ, V] float32 (z_k = u_k + W2·W1[d_{k-1}], d_{-1} = the anchor) and drafts [B, γ] int64 (argmax of z_k).
-    γ launches and one final reduce; the same z and drafts as markov_step slot by slot."""
+    γ launches and one final reduce; the same z and drafts as markov_step slot by slot.
+    finish=False: the last slot's partials are returned, not reduced: the caller's next kernel reduces them
+    (finish_chain, or the confidence kernel of ops/triton_propose.py) and writes drafts[:, γ-1]."""
     b, gamma, v = u.shape
     r = w1.shape[1]
     n_tiles = triton.cdiv(v, BLOCK_V)
@@ -202,11 +219,29 @@ def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: t
             anchors, ppmax, ppidx, drafts[:, max(k - 1, 0)], drafts.stride(0), w1, w2, u[:, k], z[:, k], pmax, pidx,
             b, v, u.stride(0), z.stride(0), TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
             CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32,
-            REVERSE=int(CHAIN_PINGPONG and k % 2 == 1), num_warps=STEP_WARPS, num_stages=CHAIN_STAGES, **pdl_args())
-    pmax, pidx = parts[(gamma - 1) % 2]
-    scratch = torch.empty(b, dtype=torch.int64, device=u.device)
-    _argmax_kernel[(b,)](pmax, pidx, scratch, drafts[:, gamma - 1], drafts.stride(0), programs, CHUNK=chunk,
-                         CHUNKS=triton.cdiv(programs, chunk), **pdl_args())
+            WALK=_slot_walk(k), num_warps=STEP_WARPS, num_stages=CHAIN_STAGES, **pdl_args())
+    tail = ChainTail(*parts[(gamma - 1) % 2], programs, chunk, v)
+    if not finish:
+        return tail
+    finish_chain(tail, drafts)
+    return None
+
+
+class ChainTail(NamedTuple):
+    """The last slot's per-program (max, first index) [B, programs], not yet reduced to its draft."""
+    pmax: torch.Tensor
+    pidx: torch.Tensor
+    programs: int
+    chunk: int
+    vocab: int
+
+
+def finish_chain(tail: ChainTail, drafts: torch.Tensor) -> None:
+    """drafts[:, γ-1] from the last slot's partials (one launch)."""
+    b = drafts.shape[0]
+    scratch = torch.empty(b, dtype=torch.int64, device=drafts.device)
+    _argmax_kernel[(b,)](tail.pmax, tail.pidx, scratch, drafts[:, -1], drafts.stride(0), tail.programs,
+                         CHUNK=tail.chunk, CHUNKS=triton.cdiv(tail.programs, tail.chunk), **pdl_args())
 
 
 def supported(w1: torch.Tensor) -> bool:
