@@ -22,8 +22,11 @@ from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
-    "split64": {(triton_attention, "SPLIT"): 64},
-    "split32": {(triton_attention, "SPLIT"): 32, (triton_attention, "SPLIT_BLOCK_N"): 32},
+    "fine0": {(triton_attention, "FINE_END"): 0},
+    "fine2k": {(triton_attention, "FINE_END"): 2048},
+    "fine4k": {(triton_attention, "FINE_END"): 4096},
+    "fine2k_p128": {(triton_attention, "FINE_END"): 2048, (triton_attention, "PROGRAMS_ONE_ROW"): 128,
+                    (triton_attention, "PROGRAMS"): 64},
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
     "pdl_early": {(triton_gemm, "PDL_MODE"): 2},
     "pdl_off": {(triton_gemm, "PDL_MODE"): 0},

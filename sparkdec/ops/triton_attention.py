@@ -15,6 +15,12 @@ from sparkdec.engine.context import BLOCK_ROWS
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
+# positions below FINE_END are split in FINE_SPLIT keys (twice the programs for short contexts: 4B 1k decode replay
+# 3.27 -> 3.18 ms), the rest in SPLIT keys (64-key splits throughout were slower at 8k, 3.84 -> 3.97 ms:
+# attention_split_chain_order_ab_h200_2026-11-30.json). Fixed positions, the same for every row: part of the
+# reduction order. FINE_END 0: SPLIT keys throughout.
+FINE_SPLIT = 64
+FINE_END = 2048
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 SPLIT_BLOCK_N = BLOCK_N  # the split kernel's step (part of the reduction order: decode and verify rows share it)
@@ -34,8 +40,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, num_rows,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
-                  D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr,
-                  ITERS: tl.constexpr, PDL: tl.constexpr):
+                  D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json)
@@ -51,12 +57,32 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
             # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
             for j in range(0, ITERS):
                 split = tl.program_id(2) + j * PROGRAMS
-                start = split * SPLIT_N
+                start = split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
                 if start < max_len:
+                    steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                start, d, dm, ROWS * GROUP_PAD, D, D_PAD, SPLIT_N, BLOCK)
+                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
     pdl_release(PDL)
+
+
+@triton.jit
+def split_start(split, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr):
+    """The first key of a split: FINE_SPLITS splits of FINE_N keys, then splits of SPLIT_N keys."""
+    return tl.where(split < FINE_SPLITS, split * FINE_N, FINE_SPLITS * FINE_N + (split - FINE_SPLITS) * SPLIT_N)
+
+
+@triton.jit
+def splits_covering(length, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr):
+    """How many splits hold keys 0 .. length - 1 (num_splits on the device)."""
+    fine = FINE_SPLITS * FINE_N
+    return tl.where(length <= fine, tl.cdiv(length, FINE_N), FINE_SPLITS + tl.cdiv(length - fine, SPLIT_N))
+
+
+def num_splits(length: int) -> int:
+    """Splits holding keys 0 .. length - 1: FINE_SPLIT-key splits below FINE_END, then SPLIT-key splits."""
+    fine = min(length, FINE_END)
+    return triton.cdiv(fine, FINE_SPLIT) + triton.cdiv(max(length - FINE_END, 0), SPLIT)
 
 
 @triton.jit
@@ -89,16 +115,17 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 
 @triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
-                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, d, dm,
-                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, BLOCK: tl.constexpr):
+                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
     workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
     l_i = tl.zeros([QR], tl.float32)
     acc = tl.zeros([QR, D_PAD], tl.float32)
-    for i in range(0, SPLIT_N // BLOCK):
-        m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k_ptr, v_ptr, bt_ptr, scale, stride_ks, stride_kh,
-                                    stride_bt, page_size, kvh, seq, max_len, start + i * BLOCK, d, dm, BLOCK)
+    for i in range(0, MAX_STEPS):  # NOTE: a fine split stops early (a runtime bound: not in the interpreter)
+        if i < steps:
+            m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k_ptr, v_ptr, bt_ptr, scale, stride_ks, stride_kh,
+                                        stride_bt, page_size, kvh, seq, max_len, start + i * BLOCK, d, dm, BLOCK)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=live)
@@ -132,11 +159,12 @@ def attend_step(q, lens, m_i, l_i, acc, k_ptr, v_ptr, bt_ptr, scale, stride_ks, 
 
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
-                    SPLIT_N: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr,
-                    D_PAD: tl.constexpr, PDL: tl.constexpr):
+                    SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
-    used = tl.cdiv(tl.load(len_ptr + row), SPLIT_N)  # staged before the forward: read before the wait
+    # staged before the forward: read before the wait
+    used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
     pdl_wait(PDL)
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
@@ -182,7 +210,7 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         ones = torch.ones(t, dtype=torch.int32, device=q.device)
         blocks = (torch.arange(t, dtype=torch.int32, device=q.device), ones)
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
-    per_row = hq * triton.cdiv(max_kv_len, SPLIT) * (d + 2) * 4
+    per_row = hq * num_splits(max_kv_len) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
         _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
         return out
@@ -213,7 +241,9 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     hkv = k_cache.shape[1]
     group = hq // hkv
     group_pad = triton.next_power_of_2(group)
-    splits = triton.cdiv(max_kv_len, SPLIT)
+    assert FINE_END % FINE_SPLIT == 0 and FINE_SPLIT % SPLIT_BLOCK_N == 0 and SPLIT % SPLIT_BLOCK_N == 0
+    splits = num_splits(max_kv_len)
+    fine = dict(SPLIT_N=SPLIT, FINE_N=FINE_SPLIT, FINE_SPLITS=FINE_END // FINE_SPLIT)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     # NOTE: loop bounds are compile-time constants, rounded up to powers of two so that a growing context
@@ -226,8 +256,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
-        D_PAD=max(16, triton.next_power_of_2(d)), SPLIT_N=SPLIT, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
+        D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
         ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS, **pdl_args())
-    _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, SPLIT_N=SPLIT,
+    _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
                              D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())
