@@ -3,6 +3,8 @@
 # unpacked there: the propose's small kernels, float32 logits from the product) and of the GEMM's weight tiles
 # loaded before the PDL wait (AHEAD) and the chain's W2 eviction hint. Qwen3-4B shape, ctx 1k, random weights.
 # usage (device tool): bash scripts/device_s7b.sh   (with _old/sparkdec present; about 7 minutes)
+# (ran at 44d5265; the ahead*, chain_keep_w2 variants and their switches were dropped after it: results in
+# benchmarks/results/propose_glue_ahead_ab_h200_2026-11-30.json)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests AB_CONTEXTS=1024
 OUT=${OUT:-/tmp/out}
 python -m pytest -q -m gpu tests/test_gpu.py -x -p no:cacheprovider > $OUT/gpu_tests.txt 2>&1; rc=$?
