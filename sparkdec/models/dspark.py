@@ -46,7 +46,8 @@ class MarkovHead(nn.Module):
 
 
 class ConfidenceHead(nn.Module):
-    """c_k = sigmoid(w . [h_k ; W1[d_k]] + b), computed in float32 (spec §10)."""
+    """c_k = sigmoid(w . [h_k ; W1[d_k]] + b), computed in float32 (spec §10: d_k is the token fed into slot k,
+    d_0 the anchor; in the engine's 0-based drafts tensor that is drafts[:, k-1])."""
 
     def __init__(self, in_features: int):
         super().__init__()

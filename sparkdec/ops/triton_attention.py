@@ -241,7 +241,9 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     hkv = k_cache.shape[1]
     group = hq // hkv
     group_pad = triton.next_power_of_2(group)
+    # a split runs at most SPLIT // SPLIT_BLOCK_N steps: a larger fine split would drop keys
     assert FINE_END % FINE_SPLIT == 0 and FINE_SPLIT % SPLIT_BLOCK_N == 0 and SPLIT % SPLIT_BLOCK_N == 0
+    assert FINE_END == 0 or FINE_SPLIT <= SPLIT
     splits = num_splits(max_kv_len)
     fine = dict(SPLIT_N=SPLIT, FINE_N=FINE_SPLIT, FINE_SPLITS=FINE_END // FINE_SPLIT)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)

@@ -220,7 +220,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
-    as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch)."""
+    as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
+    than x's gets that rounding too."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]

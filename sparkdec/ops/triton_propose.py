@@ -30,6 +30,7 @@ def _block_embed_kernel(table_ptr, anchors_ptr, out_ptr, mask_id, stride_t, stri
 def block_embed(table: torch.Tensor, anchors: torch.Tensor, gamma: int, mask_id: int) -> torch.Tensor:
     """table [V, d], anchors [B] -> [B*γ, d]: the embedded block rows [x0, M, ..., M] of every sequence."""
     b, d = anchors.shape[0], table.shape[1]
+    assert table.stride(1) == 1 and anchors.is_contiguous(), "block_embed: unit-stride rows and anchors"
     out = torch.empty(b * gamma, d, dtype=table.dtype, device=table.device)
     _block_embed_kernel[(b * gamma,)](table, anchors, out, mask_id, table.stride(0), out.stride(0), D=d, GAMMA=gamma,
                                       BLOCK=min(4096, triton.next_power_of_2(d)), **pdl_args())
@@ -74,7 +75,10 @@ def confidences(h: torch.Tensor, w1: torch.Tensor | None, anchors: torch.Tensor,
     tail: the Markov chain's unreduced last slot (triton_markov.markov_chain(finish=False)): the same launch
     writes drafts[:, γ-1] (the head never reads it)."""
     b, gamma, d = h.shape
+    assert drafts.stride(1) == 1 and anchors.is_contiguous() and weight.is_contiguous(), \
+        "confidences: unit-stride drafts, anchors and head weight"
     h = h.reshape(b * gamma, d)
+    assert h.stride(1) == 1, "confidences: unit-stride hidden rows"
     out = torch.empty(b, gamma, dtype=torch.float32, device=h.device)
     r = w1.shape[1] if w1 is not None else 1
     parts = (tail.pmax, tail.pidx, tail.programs, tail.vocab) if tail is not None else (out, out, 1, 1)
