@@ -15,3 +15,17 @@ def test_speed_harness_reports_identical_outputs(tmp_path):
     assert row["identical_outputs"] and row["concurrency"] == 2
     assert set(row["acceptance_length"]) == {"code", "prose"} and all(v >= 1 for v in row["acceptance_length"].values())
     assert row["plain_tokens_per_s"] > 0 and row["spec_tokens_per_s"] > 0
+
+
+def test_propose_floor_counts_what_the_propose_reads():
+    """bench kernels' propose floor: the drafter's layers, norm and heads, the LM head once and W2 once per slot;
+    not fc / hidden_norm (the verify graph's context write reads them) and not W1 (rows are gathered)."""
+    from sparkdec.bench.kernels import propose_floor_bytes
+    from sparkdec.engine.llm_engine import DEFAULT_PAIR, Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(DEFAULT_PAIR / "target"), draft=str(DEFAULT_PAIR / "draft"), device="cpu"))
+    d = eng.drafter
+    size = lambda mods: sum(p.numel() * p.element_size() for m in mods for p in m.parameters())
+    read = size([*d.layers, d.norm, d.confidence_head]) + size([eng.target.lm_head])
+    w2 = d.markov_head.markov_w2.weight
+    assert propose_floor_bytes(eng) == read + eng.draft_cfg.block_size * w2.numel() * w2.element_size()

@@ -136,14 +136,14 @@ def replay_ms(graph, reps: int = 20) -> float:
 def propose_floor_bytes(engine: Engine) -> int:
     d = engine.drafter
     dc = engine.draft_cfg
-    vocab_bytes = 2 * d.markov_head.markov_w1.weight.numel()
-    lm_head = engine.target.lm_head.weight
+    size = lambda t: t.numel() * t.element_size()
+    w1, w2 = d.markov_head.markov_w1.weight, d.markov_head.markov_w2.weight
     # NOTE: fc and hidden_norm project the target's taps into the context K/V inside the verify graph, never in the
     # propose: not counted (sessions 1-6 counted them: a floor 9 us higher at the Qwen3-4B shape, the ratio better)
-    ctx_proj = sum(p.numel() * p.element_size() for m in (d.fc, d.hidden_norm) for p in m.parameters())
-    return (param_bytes(d) - 2 * vocab_bytes - ctx_proj  # layers, norms, heads (W1 rows are gathered, not streamed)
-            + lm_head.numel() * lm_head.element_size()  # base logits of all γ slots in one pass
-            + dc.block_size * d.markov_head.markov_w2.weight.numel() * 2)  # W2 streamed once per slot
+    ctx_proj = sum(size(p) for m in (d.fc, d.hidden_norm) for p in m.parameters())
+    return (param_bytes(d) - size(w1) - size(w2) - ctx_proj  # layers, norms, heads (W1 rows are gathered)
+            + size(engine.target.lm_head.weight)  # base logits of all γ slots in one pass
+            + dc.block_size * size(w2))  # W2 streamed once per slot
 
 
 def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
