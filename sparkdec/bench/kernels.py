@@ -230,7 +230,8 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     models = random_models(shape)
     tc = SHAPES[shape]
     weights = param_bytes(models[0])
-    kv_bytes = 2 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim * 2 * ctx
+    elem = next(models[0].parameters()).element_size()  # the cache holds the weights' dtype
+    kv_bytes = 2 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim * elem * ctx  # K and V
     floor_ms = (weights + kv_bytes) / bw * 1e3
     plain = make_engine(models, ctx, spec=False)
     prefill(plain, ctx, 1, seed=2)  # compiles the prefill kernels; the request ends with its first token
