@@ -15,10 +15,10 @@ from sparkdec.engine.context import BLOCK_ROWS
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
-# positions below FINE_END are split in FINE_SPLIT keys (twice the programs for short contexts: 4B 1k decode replay
-# 3.27 -> 3.18 ms), the rest in SPLIT keys (64-key splits throughout were slower at 8k, 3.84 -> 3.97 ms:
-# attention_split_chain_order_ab_h200_2026-11-30.json). Fixed positions, the same for every row: part of the
-# reduction order. FINE_END 0: SPLIT keys throughout.
+# positions below FINE_END are split in FINE_SPLIT keys (twice the programs for short contexts), the rest in SPLIT
+# keys: 4B decode replay 3.26 -> 3.20 ms at 1k, 3.84 -> 3.74 at 8k (attention_fine_splits_ab_h200_2026-11-30.json;
+# 64-key splits throughout were slower at 8k, attention_split_chain_order_ab_*). Fixed positions, the same for
+# every row: part of the reduction order. FINE_END 0: SPLIT keys throughout.
 FINE_SPLIT = 64
 FINE_END = 2048
 CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
