@@ -51,6 +51,19 @@ def summarize(kernels: list[tuple[str, float, float]]) -> dict:
                            for k, (c, t, x) in sorted(per.items(), key=lambda kv: -kv[1][1])}}
 
 
+def sequence(kernels: list[tuple[str, float, float]], first: int, count: int) -> list[dict]:
+    """Kernels first .. first + count - 1 in order: name, start (us from the first), duration, exclusive."""
+    done = kernels[0][1]
+    rows = []
+    for i, (name, start, dur) in enumerate(kernels):
+        excl = max(0.0, start + dur - max(start, done))
+        done = max(done, start + dur)
+        if first <= i < first + count:
+            rows.append({"name": name[:40], "start_us": round(start - kernels[first][1], 2), "dur_us": round(dur, 2),
+                         "exclusive_us": round(excl, 2)})
+    return rows
+
+
 def main(out_path: str) -> None:
     models = random_models("qwen3-4b")
     eng = make_engine(models, 1024, spec=True)
@@ -62,9 +75,13 @@ def main(out_path: str) -> None:
         pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
         tier = g.tier_for(rows, 1)
         g._fill(pieces, [seq.block_table], tier)
-        res[name] = summarize(kernels_of(g.graphs[tier][0].replay))
-    res["propose"] = summarize(kernels_of(lambda: eng.runner.propose([seq.block_table], [seq.anchor], [s],
-                                                                     lambda z, k: z.argmax(-1), greedy=True)))
+        ks = kernels_of(g.graphs[tier][0].replay)
+        res[name] = summarize(ks)
+        res[name]["layer_sequence"] = sequence(ks, len(ks) // 2, 24)  # a stretch mid-forward: ~2.5 layers
+    ks = kernels_of(lambda: eng.runner.propose([seq.block_table], [seq.anchor], [s], lambda z, k: z.argmax(-1),
+                                               greedy=True))
+    res["propose"] = summarize(ks)
+    res["propose"]["layer_sequence"] = sequence(ks, 0, len(ks))
     for name in ("decode_1_row", "verify_8_rows", "propose"):
         r = res[name]
         print(f"{name}: {r['kernels']} kernels, span {r['span_us']:.0f} us, busy {r['busy_us']:.0f}, idle gaps "
@@ -72,6 +89,8 @@ def main(out_path: str) -> None:
         for k, v in list(r["per_kernel"].items())[:9]:
             print(f"   {k:<60} {v['count']:>4} x {v['mean_us']:7.2f} us = {v['total_us']:8.1f}; exclusive "
                   f"{v['exclusive_us']:8.1f}")
+        for row in r["layer_sequence"]:
+            print(f"      {row['name']:<40} start {row['start_us']:8.2f} dur {row['dur_us']:6.2f} excl {row['exclusive_us']:6.2f}")
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
 

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops.triton_attention import BLOCK_N, QUERY_TILE, attend_step, query_tile, row_block
+from sparkdec.ops.triton_attention import BLOCK_N, QUERY_TILE, attend_step, load_keys, query_tile, row_block
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 
@@ -38,9 +38,10 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nro
             # NOTE: STEPS is a power-of-two bound (few compiled variants); steps past the block's keys are skipped
             for j in range(0, STEPS):
                 if j * BLOCK < max_len:
-                    m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k_ptr, v_ptr, bt_ptr, scale, stride_ks,
-                                                stride_kh, stride_bt, page_size, kvh, seq, max_len, j * BLOCK, d,
-                                                dm, BLOCK)
+                    pos = j * BLOCK + tl.arange(0, BLOCK)
+                    k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq,
+                                     pos, pos < max_len, d, dm)
+                    m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
             out = acc / tl.where(live, l_i, 1.0)[:, None]
             tl.store(out_ptr + row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
                      out.to(out_ptr.dtype.element_ty), mask=live[:, None] & dm[None, :])
