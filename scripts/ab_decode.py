@@ -18,7 +18,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import triton_attention, triton_fused, triton_gemm, triton_markov
+from sparkdec.ops import triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -47,13 +47,11 @@ VARIANTS = {
     "chain_396": {(triton_markov, "CHAIN"): True, (triton_markov, "CHAIN_PROGRAMS"): 396},
     "chain_pingpong": {(triton_markov, "CHAIN_PINGPONG"): True},
     "chain_forward": {(triton_markov, "CHAIN_PINGPONG"): False},
-    # session 8: keys preloaded before the wait, the rope kernel triggering at its start, a one-pass combine
-    "attn_old": {(triton_attention, "PRELOAD_KV"): False, (triton_fused, "EARLY_TRIGGER"): False,
-                 (triton_attention, "COMBINE_ONE_PASS"): False},
-    "no_preload": {(triton_attention, "PRELOAD_KV"): False},
-    "no_early": {(triton_fused, "EARLY_TRIGGER"): False},
-    "two_pass": {(triton_attention, "COMBINE_ONE_PASS"): False},
-    "chunk32": {(triton_attention, "CHUNK"): 32},
+    # session 8: the query tile for every split-kernel call (rows x heads; a block runs in passes), its stages
+    "qt16": {(triton_attention, "QUERY_TILE"): 16},
+    "qt32": {(triton_attention, "QUERY_TILE"): 32},
+    "qt16_w2": {(triton_attention, "QUERY_TILE"): 16, (triton_attention, "SPLIT_WARPS"): 2},
+    "stages1": {(triton_attention, "SPLIT_STAGES"): 1},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

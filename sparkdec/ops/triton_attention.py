@@ -33,11 +33,7 @@ PROGRAMS_ONE_ROW = 64
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
-# the combine reads each chunk of splits once, rescaling as the maximum grows (False: max first, then the sums)
-COMBINE_ONE_PASS = True
-# the split kernel loads the first step of keys and values before the PDL wait when no key of it is new
-PRELOAD_KV = True
-BLOCK_ROWS_C = tl.constexpr(BLOCK_ROWS)
+SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 
 
 @triton.jit
@@ -46,21 +42,12 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PRELOAD: tl.constexpr,
-                  PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
-    # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json)
+    # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
+    # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
-    d = tl.arange(0, D_PAD)
-    dm = d < D
-    # PRELOAD: the first step of the first split, when every key of it was written by an earlier forward, goes
-    # to registers before the wait (a sequence's new keys are its last num_rows positions at most)
-    old_end = block_max_len(len_ptr, lead, n_rows, has_block) - num_rows
-    pre_pos = split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) + tl.arange(0, BLOCK)
-    pre = has_block & (tl.max(pre_pos, 0) < old_end) & (PRELOAD != 0)
-    k_pre, v_pre = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pre_pos,
-                             (pre_pos < old_end) & pre, d, dm)
     pdl_wait(PDL)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
@@ -77,17 +64,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                start, steps, d, dm, k_pre, v_pre, pre & (j == 0), ROWS * GROUP_PAD, D, D_PAD,
-                                BLOCK, SPLIT_N // BLOCK)
+                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
     pdl_release(PDL)
-
-
-@triton.jit
-def block_max_len(len_ptr, lead, n_rows, has_block):
-    """The longest kv_len among the block's rows (staged before the forward); 0 without a block."""
-    r = tl.arange(0, BLOCK_ROWS_C)
-    lens = tl.load(len_ptr + tl.maximum(lead, 0) + r, mask=has_block & (r < n_rows), other=0)
-    return tl.max(lens, 0)
 
 
 @triton.jit
@@ -151,22 +129,19 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 
 @triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
-                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm, k_pre,
-                v_pre, use_pre, QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr,
-                MAX_STEPS: tl.constexpr):
+                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
-    workspace. use_pre: the split's first step is (k_pre, v_pre), loaded before the PDL wait."""
+    workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
     l_i = tl.zeros([QR], tl.float32)
     acc = tl.zeros([QR, D_PAD], tl.float32)
     for i in range(0, MAX_STEPS):  # NOTE: a fine split stops early (a runtime bound: not in the interpreter)
         if i < steps:
             pos = start + i * BLOCK + tl.arange(0, BLOCK)
-            pre = use_pre & (i == 0)
             k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
-                             (pos < max_len) & ~pre, d, dm)
-            m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, tl.where(pre, k_pre, k), tl.where(pre, v_pre, v),
-                                        pos, scale)
+                             pos < max_len, d, dm)
+            m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=live)
@@ -193,8 +168,7 @@ def attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale):
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, ONE_PASS: tl.constexpr,
-                    PDL: tl.constexpr):
+                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     # staged before the forward: read before the wait
@@ -204,17 +178,15 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row.to(tl.int64) * num_heads + h) * num_splits
-    if ONE_PASS:
-        out = _combine_one_pass(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD)
-    else:
-        out = _combine_two_pass(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD)
+    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
 @triton.jit
-def _combine_two_pass(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
-                      D: tl.constexpr, D_PAD: tl.constexpr):
-    """The splits' maximum first, then the weighted sums: two reads of the workspace."""
+def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
+                    D: tl.constexpr, D_PAD: tl.constexpr):
+    """The splits' maximum first, then the weighted sums. (A one-pass form rescaling as the maximum grows was no
+    faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)"""
     m = tl.full([CHUNK], float("-inf"), tl.float32)
     for c in range(0, CHUNKS):
         live = c * CHUNK + sp < used
@@ -231,29 +203,6 @@ def _combine_two_pass(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexp
         total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
         parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
         acc += tl.sum(parts * w[:, None], 0)
-    return acc / total
-
-
-@triton.jit
-def _combine_one_pass(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
-                      D: tl.constexpr, D_PAD: tl.constexpr):
-    """Chunk after chunk in one read of the workspace, rescaling the running sums when the maximum grows. With
-    one chunk the same arithmetic as the two-pass form."""
-    m_run = tl.max(tl.full([CHUNK], float("-inf"), tl.float32), 0)
-    total = tl.sum(tl.zeros([CHUNK], tl.float32), 0)
-    acc = tl.zeros([D_PAD], tl.float32)
-    for c in range(0, CHUNKS):
-        idx = base + c * CHUNK + sp
-        live = c * CHUNK + sp < used
-        m = tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf"))
-        l_part = tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0)
-        parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
-        m_new = tl.maximum(m_run, tl.max(m, 0))
-        keep = tl.where(m_run == float("-inf"), 0.0, tl.exp(m_run - m_new))  # no NaN before the first live split
-        w = tl.where(live, tl.exp(m - m_new), 0.0)
-        total = total * keep + tl.sum(w * l_part, 0)
-        acc = acc * keep + tl.sum(parts * w[:, None], 0)
-        m_run = m_new
     return acc / total
 
 
@@ -327,7 +276,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, PRELOAD=PRELOAD_KV, num_warps=SPLIT_WARPS, **pdl_args())
+        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS,
+        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args())
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), ONE_PASS=COMBINE_ONE_PASS, **pdl_args())
+                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())

@@ -11,10 +11,6 @@ import triton.language as tl
 
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
-# the q/k norm + RoPE + store kernel lets its dependent (the attention split kernel) launch as it starts, so the
-# split kernel's loads of old keys overlap it
-EARLY_TRIGGER = True
-
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
@@ -49,10 +45,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
 @triton.jit
 def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, eps,
                            stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols,
-                           NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, EARLY: tl.constexpr,
-                           PDL: tl.constexpr):
-    if EARLY:  # the attention kernel may launch now: it loads staged data and old keys while this one runs
-        pdl_release(PDL)
+                           NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0)
     h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
     offs = tl.arange(0, HALF)
@@ -105,5 +98,5 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
     _qkv_rope_store_kernel[(t, num_q + num_kv)](
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
-        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, EARLY=EARLY_TRIGGER, **pdl_args())
+        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args())
     return q if num_q else None
