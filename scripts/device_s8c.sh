@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (ran at ca2a451; the change was reverted: attention_lone_row_combine_ab_h200_2026-11-30.json)
 # Device, session 8: the combine folds split after split elementwise (one program per row and kv head) and a lone
 # row (plain decode at batch 1) combines in the split kernel's last program (no combine launch). A/B against _old
 # (the previous commit's kernels) at 1k, the GPU tests (spec == plain bits: lone decode rows vs verify rows), then 8k.
