@@ -52,8 +52,6 @@ VARIANTS = {
     "qt32": {(triton_attention, "QUERY_TILE"): 32},
     "qt16_w2": {(triton_attention, "QUERY_TILE"): 16, (triton_attention, "SPLIT_WARPS"): 2},
     "stages1": {(triton_attention, "SPLIT_STAGES"): 1},
-    "lone_off": {(triton_attention, "FUSE_LONE_ROW"): False},
-    "lone_off_chunk16": {(triton_attention, "FUSE_LONE_ROW"): False, (triton_attention, "CHUNK"): 16},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

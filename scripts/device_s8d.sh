@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (ran at fc97140; reverted: attention_combine_per_head_ab_h200_2026-11-30.json)
 # Device, session 8: the layout-free combine again, now one head per program and chunks of 8 splits skipped past the
 # row's splits; a lone row combines in the split kernel's last program. A/B at 1k against _old (bcacf89, the shipped
 # kernels), GPU tests of this tree, and GPU tests of _old (the tree kept if this one loses).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (ran at fc97140; reverted: attention_combine_per_head_ab_h200_2026-11-30.json)
 # Device, session 8: the layout-free combine (one head per program) at 8k, chunks of 8 and 16 splits, against _old
 # (bcacf89, the shipped combine). usage (device tool): bash scripts/device_s8e.sh   (with _old/sparkdec; ~3 minutes)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests

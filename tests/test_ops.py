@@ -51,16 +51,6 @@ assert torch.allclose(lout, triton_paged_attention(*largs), atol=1e-6, rtol=1e-6
 one = triton_paged_attention(*[a[:1] if i in (0, 4, 5) else a for i, a in enumerate(largs)],
                              blocks=(torch.tensor([0, 16], dtype=torch.int32), torch.tensor([16, 16], dtype=torch.int32)))
 assert torch.allclose(one, lref[:1], atol=1e-5, rtol=1e-5)
-# a lone row combines in the split kernel's last program: the same bits as the combine kernel, alone and in a block
-import sparkdec.ops.triton_attention as ta
-ta.FUSE_LONE_ROW = False
-assert torch.equal(triton_paged_attention(*[a[:1] if i in (0, 4, 5) else a for i, a in enumerate(largs)],
-                                          blocks=(torch.tensor([0, 16], dtype=torch.int32),
-                                                  torch.tensor([16, 16], dtype=torch.int32))), one)
-ta.FUSE_LONE_ROW = True
-lone_2100 = triton_paged_attention(q[10:11], kc, vc, ctx.block_tables, ctx.row_seq[10:11], ctx.row_kv_len[10:11], ps,
-                                   2200, d ** -0.5)  # 33 splits: three chunks
-assert torch.equal(lone_2100, grouped[10:11])
 # prompt rows take the prefill kernel (one pass over the keys), generated rows the split kernel, in one forward
 from sparkdec.ops.attention import _cuda_attention
 mixed_rows = [(list(range(0, 40)), [300], False), (list(range(64, 200)), list(range(0, 37)), False),
@@ -71,6 +61,7 @@ assert list(zip(mixed.prompt_lead.tolist(), mixed.prompt_rows.tolist())) == [(1,
 qm = torch.randn(mixed.num_tokens, hq, d)
 mref = paged_attention(qm, kc, vc, mixed, d ** -0.5)
 assert torch.allclose(_cuda_attention(qm, kc, vc, mixed, d ** -0.5), mref, atol=1e-5, rtol=1e-5)
+import sparkdec.ops.triton_attention as ta
 ta.WORKSPACE_BYTES = 1  # a long eager chunk runs in row ranges on block boundaries: the same bits
 chunked = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5,
                                  row_kv_len_host=ctx.row_kv_len_host, blocks=blocks, blocks_host=ctx.blocks_host)

@@ -21,9 +21,7 @@ SPLIT = 128  # keys per split (fixed: part of the reduction order)
 # every row: part of the reduction order. FINE_END 0: SPLIT keys throughout.
 FINE_SPLIT = 64
 FINE_END = 2048
-# a split's max and sum are stored ML_COPIES times each ([m] * 4 + [l] * 4): the combine reads them in 16-byte vectors
-ML_COPIES = tl.constexpr(4)
-CHUNK = 8  # splits the combine loads at a time (no effect on bits: it folds them in split order)
+CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 SPLIT_BLOCK_N = BLOCK_N  # the split kernel's step (part of the reduction order: decode and verify rows share it)
 SPLIT_WARPS = 4  # the split kernel's warps (sets the tile's register layout, so also part of the reduction order)
@@ -36,20 +34,15 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
-# a call of one row (plain decode at batch 1) combines its splits in the split kernel's last program per kv head, so
-# the combine kernel is not launched
-FUSE_LONE_ROW = True
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, out_ptr, cnt_ptr,
-                  scale, stride_qt, stride_qh, stride_ot, stride_oh, stride_ks, stride_kh, stride_bt, page_size,
-                  num_splits, num_heads, num_rows,
+def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr, scale,
+                  stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, num_rows,
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, LONE: tl.constexpr,
-                  CHUNK: tl.constexpr, CHUNKS: tl.constexpr, PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
@@ -72,28 +65,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
-        if LONE:  # a call of one row: the (row, kv head)'s last program to finish combines its splits
-            _combine_last(acc_ptr, ml_ptr, len_ptr, out_ptr, cnt_ptr, lead, kvh, stride_ot, stride_oh, num_heads,
-                          num_splits, SPLIT_N, FINE_N, FINE_SPLITS, GROUP, GROUP_PAD, CHUNK, CHUNKS, D, D_PAD)
     pdl_release(PDL)
-
-
-@triton.jit
-def _combine_last(acc_ptr, ml_ptr, len_ptr, out_ptr, cnt_ptr, row, kvh, stride_ot, stride_oh, num_heads, num_splits,
-                  SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, GROUP: tl.constexpr,
-                  GROUP_PAD: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr,
-                  D_PAD: tl.constexpr):
-    """Every program of (row, kv head) counts its arrival once its partials are stored; the last one resets the
-    counter and writes the row's output for the kv head's query heads (the combine kernel's arithmetic)."""
-    tl.debug_barrier()
-    group = tl.program_id(0) * tl.num_programs(1) + kvh
-    arrived = tl.atomic_add(cnt_ptr + group, 1, sem="acq_rel")
-    if arrived == tl.num_programs(2) - 1:
-        tl.atomic_xchg(cnt_ptr + group, 0)
-        used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
-        _store_heads(out_ptr, row, kvh * GROUP, stride_ot, stride_oh,
-                     combine_group(acc_ptr, ml_ptr, row, kvh * GROUP, used, num_heads, num_splits, GROUP_PAD, GROUP,
-                                   CHUNK, CHUNKS, D, D_PAD), GROUP_PAD, GROUP, D, D_PAD)
 
 
 @triton.jit
@@ -172,9 +144,8 @@ def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr,
             m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
-    for c in tl.static_range(ML_COPIES):  # NOTE: see ML_COPIES
-        tl.store(ml_ptr + base * (2 * ML_COPIES) + c, m_i, mask=live)
-        tl.store(ml_ptr + base * (2 * ML_COPIES) + ML_COPIES + c, l_i, mask=live)
+    tl.store(ml_ptr + base * 2, m_i, mask=live)
+    tl.store(ml_ptr + base * 2 + 1, l_i, mask=live)
 
 
 @triton.jit
@@ -203,58 +174,36 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     # staged before the forward: read before the wait
     used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
     pdl_wait(PDL)
-    _store_heads(out_ptr, row, h, stride_ot, stride_oh,
-                 combine_group(acc_ptr, ml_ptr, row, h, used, num_heads, num_splits, 1, 1, CHUNK, CHUNKS, D, D_PAD), 1,
-                 1, D, D_PAD)
+    sp = tl.arange(0, CHUNK)
+    d = tl.arange(0, D_PAD)
+    dm = d < D
+    base = (row.to(tl.int64) * num_heads + h) * num_splits
+    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD)
+    tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
 @triton.jit
-def combine_group(acc_ptr, ml_ptr, row, h0, used, num_heads, num_splits, HEADS: tl.constexpr, LIVE: tl.constexpr,
-                  CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr):
-    """Row `row`'s attention for query heads h0 .. h0 + LIVE - 1 (a tile of HEADS >= LIVE) from splits
-    0 .. used - 1 -> [HEADS, D_PAD] float32. The maximum over the splits first; then split after split, in split
-    order, each (head, d) element folds in its weighted partial with an fma. Elementwise only: the bits do not
-    depend on the tile or its layout, so the combine kernel (a head per program) and a lone row's fused tail (a kv
-    head's group) give the same values. Loads bypass L1 (.cg): other programs wrote the partials."""
-    g = tl.arange(0, HEADS)
-    d = tl.arange(0, D_PAD)
-    gm = (g < LIVE)[:, None] & (d < D)[None, :]  # [HEADS, D_PAD]
-    # NOTE: every value lives in the [HEADS, D_PAD] tile (a split's max and sum read by every column from their
-    # ML_COPIES copies): no layout conversion, so no barrier keeps a chunk's loads from being issued together
-    base = (row.to(tl.int64) * num_heads + h0 + g)[:, None] * num_splits  # [HEADS, 1], int64
-    copy = (d % ML_COPIES)[None, :]  # [1, D_PAD]
-    m_max = tl.full([HEADS, D_PAD], float("-inf"), tl.float32)
+def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
+                    D: tl.constexpr, D_PAD: tl.constexpr):
+    """The splits' maximum first, then the weighted sums. (A one-pass form rescaling as the maximum grows was no
+    faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)"""
+    m = tl.full([CHUNK], float("-inf"), tl.float32)
     for c in range(0, CHUNKS):
-        if c * CHUNK < used:  # NOTE: chunks past the row's splits are skipped (CHUNKS is sized for the longest)
-            for j in tl.static_range(CHUNK):
-                live = gm & (c * CHUNK + j < used)
-                m_max = tl.maximum(m_max, tl.load(ml_ptr + (base + c * CHUNK + j) * (2 * ML_COPIES) + copy,
-                                                  mask=live, other=float("-inf"), cache_modifier=".cg"))
-    total = tl.zeros([HEADS, D_PAD], tl.float32)
-    acc = tl.zeros([HEADS, D_PAD], tl.float32)
+        live = c * CHUNK + sp < used
+        m = tl.maximum(m, tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf")))
+    m_max = tl.max(m, 0)
+    # NOTE: fixed-size chunks of splits, summed chunk after chunk: the order depends on nothing but the row
+    # itself (not on how many splits the grid was sized for)
+    total = 0.0
+    acc = tl.zeros([D_PAD], tl.float32)
     for c in range(0, CHUNKS):
-        if c * CHUNK < used:
-            for j in tl.static_range(CHUNK):
-                live = gm & (c * CHUNK + j < used)
-                idx = base + c * CHUNK + j
-                m = tl.load(ml_ptr + idx * (2 * ML_COPIES) + copy, mask=live, other=float("-inf"),
-                            cache_modifier=".cg")
-                part_l = tl.load(ml_ptr + idx * (2 * ML_COPIES) + ML_COPIES + copy, mask=live, other=0.0,
-                                 cache_modifier=".cg")
-                part = tl.load(acc_ptr + idx * D + d[None, :], mask=live, other=0.0, cache_modifier=".cg")
-                w = tl.where(live, tl.exp(m - m_max), 0.0)
-                total = tl.fma(w, part_l, total)
-                acc = tl.fma(w, part, acc)
-    return acc / tl.where(gm, total, 1.0)
-
-
-@triton.jit
-def _store_heads(out_ptr, row, h0, stride_ot, stride_oh, out, HEADS: tl.constexpr, LIVE: tl.constexpr,
-                 D: tl.constexpr, D_PAD: tl.constexpr):
-    g = tl.arange(0, HEADS)
-    d = tl.arange(0, D_PAD)
-    tl.store(out_ptr + row * stride_ot + (h0 + g)[:, None] * stride_oh + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=(g < LIVE)[:, None] & (d < D)[None, :])
+        idx = base + c * CHUNK + sp
+        live = c * CHUNK + sp < used
+        w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
+        total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
+        parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
+        acc += tl.sum(parts * w[:, None], 0)
+    return acc / total
 
 
 WORKSPACE_BYTES = 1 << 29  # eager calls whose split workspace would exceed this run in row ranges
@@ -278,7 +227,7 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         ones = torch.ones(t, dtype=torch.int32, device=q.device)
         blocks = (torch.arange(t, dtype=torch.int32, device=q.device), ones)
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
-    per_row = hq * num_splits(max_kv_len) * (d + 2 * ML_COPIES.value) * 4
+    per_row = hq * num_splits(max_kv_len) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
         _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
         return out
@@ -315,36 +264,20 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     splits = num_splits(max_kv_len)
     fine = dict(SPLIT_N=SPLIT, FINE_N=FINE_SPLIT, FINE_SPLITS=FINE_END // FINE_SPLIT)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
-    ml = torch.empty(t * hq * splits * 2 * ML_COPIES.value, dtype=torch.float32, device=q.device)
+    ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     # NOTE: loop bounds are compile-time constants, rounded up to powers of two so that a growing context
     # compiles a handful of variants, not one per split count (extra iterations find no keys and skip)
     splits_pow2 = triton.next_power_of_2(splits)
     programs = min(splits_pow2, PROGRAMS_ONE_ROW if t == 1 else PROGRAMS)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
-    lone = t == 1 and FUSE_LONE_ROW
-    chunks = dict(CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)))
     _split_kernel[(lead.shape[0], hkv, programs)](
-        q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, out,
-        _group_counters(q.device, lead.shape[0] * hkv), scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, LONE=lone, **chunks, num_warps=SPLIT_WARPS,
+        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS,
         **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args())
-    if not lone:
-        _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine, **chunks,
-                                 D=d, D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())
-
-
-_GROUP_COUNTERS: dict[torch.device, torch.Tensor] = {}
-MAX_GROUPS = 1 << 16
-
-
-def _group_counters(device: torch.device, groups: int) -> torch.Tensor:
-    """Arrival counters of the lone-row fused combine, one per (row block, kv head); zero between calls (the last
-    program resets its own). One fixed buffer per device: captured CUDA graphs keep pointing at it."""
-    assert groups <= MAX_GROUPS, f"{groups} attention row groups: more than the {MAX_GROUPS} counters"
-    if device not in _GROUP_COUNTERS:
-        _GROUP_COUNTERS[device] = torch.zeros(MAX_GROUPS, dtype=torch.int32, device=device)
-    return _GROUP_COUNTERS[device]
+    _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
+                             CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
+                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args())
