@@ -90,7 +90,8 @@ def main(out_path: str) -> None:
             print(f"   {k:<60} {v['count']:>4} x {v['mean_us']:7.2f} us = {v['total_us']:8.1f}; exclusive "
                   f"{v['exclusive_us']:8.1f}")
         for row in r["layer_sequence"]:
-            print(f"      {row['name']:<40} start {row['start_us']:8.2f} dur {row['dur_us']:6.2f} excl {row['exclusive_us']:6.2f}")
+            print(f"      {row['name']:<40} start {row['start_us']:8.2f} dur {row['dur_us']:6.2f} "
+                  f"excl {row['exclusive_us']:6.2f}")
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
 
