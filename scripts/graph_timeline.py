@@ -31,16 +31,23 @@ def kernels_of(fn, reps: int = 3) -> list[tuple[str, float, float]]:
     return [(e.name, e.time_range.start, e.time_range.end - e.time_range.start) for e in events[cut:]]
 
 
+def exclusive(kernels: list[tuple[str, float, float]]) -> list[float]:
+    """Per kernel, how far it pushed the latest end so far (these add up to the replay's span)."""
+    done = kernels[0][1]  # the latest end so far
+    out = []
+    for _, start, dur in kernels:
+        out.append(max(0.0, start + dur - max(start, done)))
+        done = max(done, start + dur)
+    return out
+
+
 def summarize(kernels: list[tuple[str, float, float]]) -> dict:
     per = defaultdict(lambda: [0, 0.0, 0.0])
     gaps = []
-    done = kernels[0][1]  # the latest end so far
-    for i, (name, start, dur) in enumerate(kernels):
+    for i, ((name, start, dur), excl) in enumerate(zip(kernels, exclusive(kernels))):
         per[name[:60]][0] += 1
         per[name[:60]][1] += dur
-        # exclusive: how far this kernel pushed the latest end (the spans of all kernels add up to the replay's)
-        per[name[:60]][2] += max(0.0, start + dur - max(start, done))
-        done = max(done, start + dur)
+        per[name[:60]][2] += excl
         if i:
             gaps.append(start - (kernels[i - 1][1] + kernels[i - 1][2]))
     span = kernels[-1][1] + kernels[-1][2] - kernels[0][1]
@@ -53,15 +60,10 @@ def summarize(kernels: list[tuple[str, float, float]]) -> dict:
 
 def sequence(kernels: list[tuple[str, float, float]], first: int, count: int) -> list[dict]:
     """Kernels first .. first + count - 1 in order: name, start (us from the first), duration, exclusive."""
-    done = kernels[0][1]
-    rows = []
-    for i, (name, start, dur) in enumerate(kernels):
-        excl = max(0.0, start + dur - max(start, done))
-        done = max(done, start + dur)
-        if first <= i < first + count:
-            rows.append({"name": name[:40], "start_us": round(start - kernels[first][1], 2), "dur_us": round(dur, 2),
-                         "exclusive_us": round(excl, 2)})
-    return rows
+    excl = exclusive(kernels)
+    return [{"name": name[:40], "start_us": round(start - kernels[first][1], 2), "dur_us": round(dur, 2),
+             "exclusive_us": round(excl[i], 2)}
+            for i, (name, start, dur) in enumerate(kernels) if first <= i < first + count]
 
 
 def main(out_path: str) -> None:
