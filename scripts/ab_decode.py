@@ -18,7 +18,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import triton_attention, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -52,6 +52,11 @@ VARIANTS = {
     "qt32": {(triton_attention, "QUERY_TILE"): 32},
     "qt16_w2": {(triton_attention, "QUERY_TILE"): 16, (triton_attention, "SPLIT_WARPS"): 2},
     "stages1": {(triton_attention, "SPLIT_STAGES"): 1},
+    # session 9: every product on the Triton kernel vs the Gluon product for the shapes in its table
+    # (SPARKDEC_GLUON_CONFIGS names the table to try), with PDL modes 1 and 2
+    "triton": {(triton_gemm, "GLUON"): False},
+    "gluon": {(triton_gemm, "GLUON"): True},
+    "gluon_pdl2": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_MODE"): 2},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

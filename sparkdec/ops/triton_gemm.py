@@ -19,7 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from sparkdec.env import InvalidSettingError, choice
+from sparkdec.env import InvalidSettingError, choice, flag
+from sparkdec.ops import gluon_gemv
 
 BLOCK_M = 16
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -27,6 +28,9 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # own wait (the next kernel's programs start and load their first weight tile while this one runs).
 # SPARKDEC_PDL overrides; read at every launch, so an A/B run can switch it in one process.
 PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
+# up to 16 bf16 rows on an H200/H100 run the Gluon product (ops/gluon_gemv.py, same bits) for the shapes in its
+# table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
+GLUON = flag("SPARKDEC_GLUON", True)
 
 
 def pdl_args() -> dict:
@@ -234,6 +238,12 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if m == 0:
         return out
     res = residual if residual is not None else out
+    gluon_cfg = gluon_gemv.supports(x, weight, split_k) if GLUON else None
+    if gluon_cfg is not None:
+        tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
+        counters = _counters(x.device, tiles) if split_k > 1 else None
+        return gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
+                               PDL_MODE)
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:

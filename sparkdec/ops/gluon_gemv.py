@@ -1,0 +1,223 @@
+"""Hopper (sm_90) matrix products for up to 16 rows in Gluon: a TMA weight ring that starts before the PDL wait.
+
+y = epilogue(x @ W^T) for x [M <= 16, K] bf16, W [N', K]. Same bits as `triton_gemm.gemm` (checked on the H200,
+tests/test_gpu.py): each row's reduction runs over K in 16-wide tensor-core steps in K order, then SPLIT_K slices
+(the same SPLIT_K as the Triton table) are summed in slice order by the tile's last program. What differs is how the
+weights arrive: W is the 64-row wgmma operand (swap-AB: y^T = W x^T, rows padded to MP = 8 or 16 with zeros), fed by
+a STAGES-deep TMA ring whose first tiles are requested before the kernel waits for the previous one (weights never
+depend on it), so the weight stream does not stop at kernel boundaries.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import torch
+import triton
+
+from sparkdec.env import InvalidSettingError
+
+try:  # Gluon ships with triton >= 3.5; the CPU path and older tritons use the Triton kernel alone
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed triton
+    AVAILABLE = False
+
+MAX_ROWS = 16
+
+if AVAILABLE:
+    @gluon.jit
+    def _load_x_slice(x_ptr, x_smem, M, stride_xm, k_begin, NK: gl.constexpr, MP: gl.constexpr, BK: gl.constexpr,
+                      num_warps: gl.constexpr):
+        """x[:, k_begin : k_begin + NK * BK] -> x_smem [NK, MP, BK] (rows >= M are zeros)."""
+        xl: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+        rows = gl.arange(0, MP, layout=gl.SliceLayout(1, xl))
+        cols = gl.arange(0, BK, layout=gl.SliceLayout(0, xl))
+        for j in gl.static_range(NK):
+            ptrs = x_ptr + rows[:, None] * stride_xm + (k_begin + j * BK + cols)[None, :]
+            x_smem.index(j).store(gl.load(ptrs, mask=(rows < M)[:, None], other=0.0))
+        fence_async_shared()
+        gl.thread_barrier()
+
+    @gluon.jit
+    def _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU: gl.constexpr, RESIDUAL: gl.constexpr,
+                  BN: gl.constexpr, MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
+        """y [BN, MP] fp32 (weight rows x token rows) -> out[m, n]: the Triton kernel's epilogue, transposed."""
+        if SILU:  # weight rows interleave gate and up: g0, u0, g1, u1, ...
+            gate, up = gl.split(gl.permute(gl.reshape(y, [BN // 2, 2, MP]), [0, 2, 1]))  # [BN/2, MP] each
+            g = gate.to(DT).to(gl.float32)
+            v = (g / (1.0 + gl.exp(-g))).to(DT) * up.to(DT)
+            OUT_N: gl.constexpr = BN // 2
+        else:
+            v = y.to(DT)
+            OUT_N: gl.constexpr = BN
+        vl: gl.constexpr = v.type.layout
+        n = pid_n * OUT_N + gl.arange(0, OUT_N, layout=gl.SliceLayout(1, vl))
+        m = gl.arange(0, MP, layout=gl.SliceLayout(0, vl))
+        mask = (n < N)[:, None] & (m < M)[None, :]
+        if RESIDUAL:
+            r = gl.load(res_ptr + m[None, :] * stride_rm + n[:, None], mask=mask, other=0.0)
+            v = (r.to(gl.float32) + v.to(gl.float32)).to(DT)
+        gl.store(out_ptr + m[None, :] * stride_om + n[:, None], v.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @gluon.jit
+    def _request(desc, row, col, bar, dst, pred):
+        """One TMA tile desc[row:, col:] -> dst, completing on bar (pred: issue it at all)."""
+        mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
+        tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
+
+    @gluon.jit
+    def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
+                     K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
+                     SPLIT_K: gl.constexpr, STAGES: gl.constexpr, MP: gl.constexpr, XRING: gl.constexpr,
+                     num_warps: gl.constexpr):
+        BN: gl.constexpr = w_desc.block_type.shape[0]
+        BK: gl.constexpr = w_desc.block_type.shape[1]
+        NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
+        pid_n = gl.program_id(0)
+        pid_s = gl.program_id(1)
+        k_begin = pid_s * (K // SPLIT_K)
+        w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(STAGES):  # XRING: a stage is ready when its weight and its x tile have arrived
+            mbarrier.init(ready.index(j), count=2 if XRING else 1)
+        # the weights do not depend on the previous kernel: fill the ring before waiting for it
+        for j in gl.static_range(STAGES):
+            _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
+        if PDL:
+            gdc_wait()
+            if PDL == 2:
+                gdc_launch_dependents()
+        if XRING:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
+            x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
+            for j in gl.static_range(STAGES):
+                _request(x_desc, 0, k_begin + j * BK, ready.index(j), x_bufs.index(j), j < NK)
+        else:  # the program's whole x slice, loaded once
+            x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
+            _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
+        acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, MP, 16])
+        acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
+        for i in range(NK):
+            s = i % STAGES
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            xt = x_bufs.index(s) if XRING else x_bufs.index(i)  # [MP, BK]
+            acc = warpgroup_mma(w_ring.index(s), xt.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            # stage s is free again: request the tiles STAGES ahead
+            more = i + STAGES < NK
+            _request(w_desc, pid_n * BN, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more)
+            if XRING:
+                _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
+        if PDL == 1:
+            gdc_launch_dependents()
+        for j in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(j))
+        EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
+        y = gl.convert_layout(acc, EL)  # [BN, MP]
+        DT: gl.constexpr = x_ptr.dtype.element_ty
+        if SPLIT_K == 1:
+            _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
+        else:  # every slice stores its partial; the tile's last program sums them in slice order
+            tile = pid_n
+            num_tiles = gl.num_programs(0)
+            part = (gl.arange(0, BN, layout=gl.SliceLayout(1, EL))[:, None] * MP
+                    + gl.arange(0, MP, layout=gl.SliceLayout(0, EL))[None, :])
+            gl.store(ws_ptr + (pid_s * num_tiles + tile) * (BN * MP) + part, y)
+            gl.thread_barrier()
+            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+            if arrived == SPLIT_K - 1:
+                total = gl.zeros([BN, MP], gl.float32, layout=EL)
+                for sl in range(0, SPLIT_K):
+                    total += gl.load(ws_ptr + (sl * num_tiles + tile) * (BN * MP) + part, cache_modifier=".cg")
+                gl.atomic_xchg(cnt_ptr + tile, 0)
+                _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL,
+                          DT)
+
+
+# (weight rows, K) -> (BN, BK, STAGES, XRING): tile, ring depth and where x lives (XRING 1: its tiles ride in the
+# ring beside the weights; 0: the program's whole x slice is loaded once after the PDL wait) of the Gluon product, chosen on the H200
+# (scripts/gluon_gemv_probe.py). A shape not listed runs the Triton kernel. The shipped table is gluon_configs.json
+# next to this file; SPARKDEC_GLUON_CONFIGS=path replaces it (the probe's output).
+CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+_DESCRIPTORS: dict[tuple, object] = {}
+_HOPPER: dict[torch.device, bool] = {}
+
+
+def _is_hopper(device: torch.device) -> bool:
+    if device not in _HOPPER:
+        _HOPPER[device] = torch.cuda.get_device_capability(device) == (9, 0)
+    return _HOPPER[device]
+
+
+def load_configs(path: str | os.PathLike | None = None) -> None:
+    """Read {"N,K": [BN, BK, STAGES, XRING]} (or {"configs": {...}}) into CONFIGS."""
+    chosen = path or os.environ.get("SPARKDEC_GLUON_CONFIGS")
+    path = chosen or pathlib.Path(__file__).with_name("gluon_configs.json")
+    if not os.path.exists(path):
+        if chosen:  # NOTE: a table the user named must exist
+            raise InvalidSettingError(f"Gluon tile table {str(path)!r} (SPARKDEC_GLUON_CONFIGS) does not exist; give "
+                                      "the gluon_configs.json that scripts/gluon_gemv_probe.py wrote, or unset it")
+        return
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise InvalidSettingError(f"Gluon tile table {str(path)!r} is not valid JSON ({exc}); use the file "
+                                  "scripts/gluon_gemv_probe.py writes") from exc
+    table = table.get("configs", table)
+    CONFIGS.update({tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.items()})
+
+
+def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, int, int, int] | None:
+    """The (BN, BK, STAGES, XRING) to run x @ weight^T with, or None where the Triton kernel must run it."""
+    if not AVAILABLE or not x.is_cuda or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        return None
+    cfg = CONFIGS.get((weight.shape[0], weight.shape[1]))
+    if cfg is None or not 0 < x.shape[0] <= MAX_ROWS or not _is_hopper(x.device):
+        return None
+    if weight.shape[1] % (split_k * cfg[1]) or weight.data_ptr() % 16 or weight.stride(0) % 8:
+        return None
+    if x.data_ptr() % 16 or x.stride(0) % 8:  # TMA: 16-byte aligned base and rows
+        return None
+    return cfg
+
+
+def _descriptor(weight: torch.Tensor, bn: int, bk: int):
+    """The TMA descriptor of weight in [bn, bk] boxes (cached: it encodes only address, shape and strides)."""
+    key = (weight.data_ptr(), tuple(weight.shape), weight.stride(0), bn, bk)
+    if key not in _DESCRIPTORS:
+        if len(_DESCRIPTORS) > 4096:  # activations of eager calls come and go: keep the cache bounded
+            _DESCRIPTORS.clear()
+        layout = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16)
+        _DESCRIPTORS[key] = TensorDescriptor.from_tensor(weight, [bn, bk], layout)
+    return _DESCRIPTORS[key]
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Tensor, counters: torch.Tensor | None,
+         cfg: tuple[int, int, int, int], split_k: int, silu: bool, residual: bool, pdl: int) -> torch.Tensor:
+    """The Gluon product into `out` [M, N] (see module docstring); counters: the Triton kernel's split-K arrival
+    counters (each tile's last program resets its counter)."""
+    bn, bk, stages, xring = cfg
+    m, k = x.shape
+    n = out.shape[1]
+    mp = 8 if m <= 8 else 16
+    tiles = triton.cdiv(weight.shape[0], bn)
+    ws = out
+    if split_k > 1:
+        ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
+    extra = {"launch_pdl": True} if pdl else {}
+    _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
+                                   out if counters is None else counters, m, n, x.stride(0), out.stride(0),
+                                   res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
+                                   STAGES=stages, MP=mp, XRING=bool(xring), num_warps=4, **extra)
+    return out
+
+
+load_configs()
