@@ -57,6 +57,10 @@ VARIANTS = {
     "triton": {(triton_gemm, "GLUON"): False},
     "gluon": {(triton_gemm, "GLUON"): True},
     "gluon_pdl2": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_MODE"): 2},
+    # PDL mode per kind: g = Gluon products, s = short kernels (norms, RoPE, attention), the rest stay at mode 1
+    "g2_s1": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 1},
+    "g2_s2": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 2},
+    "g1_s2": {(triton_gemm, "PDL_GLUON"): 1, (triton_gemm, "PDL_SHORT"): 2},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

@@ -243,7 +243,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
         return gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                               PDL_MODE)
+                               pdl_mode("gluon"))
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:
