@@ -31,11 +31,23 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # up to 16 bf16 rows on an H200/H100 run the Gluon product (ops/gluon_gemv.py, same bits) for the shapes in its
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
+# per kind of kernel, where PDL is on (None: PDL_MODE): the Gluon products, and the short kernels between them
+# (norms, q/k norm + RoPE + KV store, attention split and combine)
+PDL_GLUON: int | None = None
+PDL_SHORT: int | None = None
 
 
-def pdl_args() -> dict:
-    """The PDL constexpr and launch option of every Triton kernel of the CUDA path."""
-    return {"PDL": PDL_MODE, "launch_pdl": True} if PDL_MODE else {"PDL": 0}
+def pdl_mode(kind: str | None = None) -> int:
+    """The PDL mode of a kernel of this kind ("gluon", "short" or None for the others)."""
+    override = {"gluon": PDL_GLUON, "short": PDL_SHORT}.get(kind) if PDL_MODE else None
+    return PDL_MODE if override is None else override
+
+
+def pdl_args(kind: str | None = None) -> dict:
+    """The PDL constexpr and launch option of a Triton kernel of the CUDA path."""
+    mode = pdl_mode(kind)
+    return {"PDL": mode, "launch_pdl": True} if mode else {"PDL": 0}
+
 
 if not INTERPRET:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
