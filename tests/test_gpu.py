@@ -122,8 +122,9 @@ def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
 def test_gluon_products_give_the_triton_kernels_bits():
-    """The Gluon product (every shipped tile, both x placements) against the Triton kernel: same bits for 1..16 rows,
-    plain / SiLU / residual, a strided x, float32 output; the Gluon path really runs (its table names the shape)."""
+    """The Gluon product (the shipped tiles of the Qwen3-4B products; x in the ring or loaded whole) against the
+    Triton kernel: same bits for 1..16 rows, plain / SiLU / residual, a strided x, float32 output; the Gluon path
+    really runs (its table names the shape)."""
     from sparkdec.ops import gluon_gemv as gg
     from sparkdec.ops import triton_gemm as tg
 
@@ -131,14 +132,16 @@ def test_gluon_products_give_the_triton_kernels_bits():
     dev, dt = "cuda", torch.bfloat16
     saved = dict(gg.CONFIGS)
     try:
-        for (n, k), cfg in saved.items():
+        for n, k in [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)]:
+            cfg = saved[(n, k)]
             w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
             x = torch.randn(16, k + 64, device=dev, dtype=dt)[:, 32:32 + k]  # rows strided, 64-byte offset
             r = torch.randn(16, n, device=dev, dtype=dt)
-            for tile in {tuple(cfg), (cfg[0], cfg[1], cfg[2], 1 - cfg[3])}:
+            tiles = [tuple(cfg)] + ([(cfg[0], cfg[1], cfg[2], 1 - cfg[3])] if n == 6144 else [])
+            for tile in tiles:
                 gg.CONFIGS[(n, k)] = tile
                 for kw in ({}, {"silu": True}, {"residual": r}, {"out_dtype": torch.float32}):
-                    for m in (1, 3, 8, 9, 16):
+                    for m in (1, 8, 9, 16):
                         kw_m = {**kw, "residual": r[:m]} if "residual" in kw else kw
                         assert gg.supports(x[:m], w, 1) is not None
                         got = tg.gemm(x[:m], w, **kw_m)

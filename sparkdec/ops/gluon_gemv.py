@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover - depends on the installed triton
     AVAILABLE = False
 
 MAX_ROWS = 16
+SMEM_BYTES = 200 * 1024  # a program's ring and x tiles must fit in an sm_90 SM's shared memory (227 KB)
 
 if AVAILABLE:
     @gluon.jit
@@ -185,6 +186,10 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     if weight.shape[1] % (split_k * cfg[1]) or weight.data_ptr() % 16 or weight.stride(0) % 8:
         return None
     if x.data_ptr() % 16 or x.stride(0) % 8:  # TMA: 16-byte aligned base and rows
+        return None
+    bn, bk, stages, xring = cfg
+    x_tiles = stages if xring else weight.shape[1] // split_k // bk
+    if 2 * bk * (stages * bn + x_tiles * (8 if x.shape[0] <= 8 else 16)) > SMEM_BYTES:
         return None
     return cfg
 

@@ -13,6 +13,7 @@ start while this one drains, and wait (gdc_wait) before reading anything the pre
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -32,9 +33,24 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
 # per kind of kernel, where PDL is on (None: PDL_MODE): the Gluon products, and the short kernels between them
-# (norms, q/k norm + RoPE + KV store, attention split and combine)
-PDL_GLUON: int | None = None
+# (norms, q/k norm + RoPE + KV store, attention split and combine). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30
+# .json): the Gluon products let the next kernel launch right after their wait (its weight ring fills meanwhile);
+# the short kernels do so in the target's graphs (TARGET_PDL_SHORT, set while they are captured), not in the
+# propose's (slower there).
+PDL_GLUON: int | None = 2
 PDL_SHORT: int | None = None
+TARGET_PDL_SHORT: int | None = 2
+
+
+@contextlib.contextmanager
+def target_pdl():
+    """While the target's forward graphs are captured: the short kernels take TARGET_PDL_SHORT."""
+    global PDL_SHORT
+    saved, PDL_SHORT = PDL_SHORT, TARGET_PDL_SHORT
+    try:
+        yield
+    finally:
+        PDL_SHORT = saved
 
 
 def pdl_mode(kind: str | None = None) -> int:
