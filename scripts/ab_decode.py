@@ -54,15 +54,13 @@ VARIANTS = {
     "stages1": {(triton_attention, "SPLIT_STAGES"): 1},
     # session 9: every product on the Triton kernel vs the Gluon product for the shapes in its table
     # (SPARKDEC_GLUON_CONFIGS names the table to try), with PDL modes 1 and 2
-    "triton": {(triton_gemm, "GLUON"): False, (triton_gemm, "TARGET_PDL_SHORT"): None},
-    "gluon": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_GLUON"): 1, (triton_gemm, "TARGET_PDL_SHORT"): None},
+    "triton": {(triton_gemm, "GLUON"): False},
+    "gluon": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_GLUON"): 1},
     "gluon_pdl2": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_MODE"): 2},
-    # PDL mode per kind: g = Gluon products, s = short kernels (norms, RoPE, attention) everywhere (ts: while the
-    # target's graphs are captured), the rest stay at mode 1
-    "g2_s1": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 1, (triton_gemm, "TARGET_PDL_SHORT"): 1},
-    "g2_s2": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 2, (triton_gemm, "TARGET_PDL_SHORT"): 2},
-    "g1_s2": {(triton_gemm, "PDL_GLUON"): 1, (triton_gemm, "PDL_SHORT"): 2, (triton_gemm, "TARGET_PDL_SHORT"): 2},
-    "g2_s1_ts2": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 1, (triton_gemm, "TARGET_PDL_SHORT"): 2},
+    # PDL mode per kind: g = Gluon products, s = short kernels (norms, RoPE, attention); the rest stay at mode 1
+    "g2_s1": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 1},
+    "g2_s2": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 2},
+    "g1_s2": {(triton_gemm, "PDL_GLUON"): 1, (triton_gemm, "PDL_SHORT"): 2},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

@@ -11,7 +11,6 @@ import numpy as np
 import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
-from sparkdec.ops.triton_gemm import target_pdl
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
@@ -92,8 +91,7 @@ class TargetGraphs:
     @torch.inference_mode()
     def capture(self) -> None:
         self._fill([], [])
-        with target_pdl():
-            self.graphs = capture_tiers(self.tiers, self._forward)
+        self.graphs = capture_tiers(self.tiers, self._forward)
 
     def tier_for(self, num_tokens: int, num_seqs: int) -> int | None:
         if num_seqs > self.max_seqs:

@@ -13,7 +13,6 @@ start while this one drains, and wait (gdc_wait) before reading anything the pre
 """
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
@@ -34,23 +33,10 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 GLUON = flag("SPARKDEC_GLUON", True)
 # per kind of kernel, where PDL is on (None: PDL_MODE): the Gluon products, and the short kernels between them
 # (norms, q/k norm + RoPE + KV store, attention split and combine). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30
-# .json): the Gluon products let the next kernel launch right after their wait (its weight ring fills meanwhile);
-# the short kernels do so in the target's graphs (TARGET_PDL_SHORT, set while they are captured), not in the
-# propose's (slower there).
+# .json): the Gluon products let the next kernel launch right after their wait (its weight ring fills meanwhile); the
+# short kernels at mode 2 were faster at 1k but much slower at 8k and in the propose, so they keep PDL_MODE.
 PDL_GLUON: int | None = 2
 PDL_SHORT: int | None = None
-TARGET_PDL_SHORT: int | None = 2
-
-
-@contextlib.contextmanager
-def target_pdl():
-    """While the target's forward graphs are captured: the short kernels take TARGET_PDL_SHORT."""
-    global PDL_SHORT
-    saved, PDL_SHORT = PDL_SHORT, TARGET_PDL_SHORT
-    try:
-        yield
-    finally:
-        PDL_SHORT = saved
 
 
 def pdl_mode(kind: str | None = None) -> int:
