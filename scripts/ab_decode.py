@@ -55,12 +55,16 @@ VARIANTS = {
     # session 9: every product on the Triton kernel vs the Gluon product for the shapes in its table
     # (SPARKDEC_GLUON_CONFIGS names the table to try), with PDL modes 1 and 2
     "triton": {(triton_gemm, "GLUON"): False},
-    "gluon": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_GLUON"): 1},
+    "gluon": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_KINDS"): {}},
     "gluon_pdl2": {(triton_gemm, "GLUON"): True, (triton_gemm, "PDL_MODE"): 2},
-    # PDL mode per kind: g = Gluon products, s = short kernels (norms, RoPE, attention); the rest stay at mode 1
-    "g2_s1": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 1},
-    "g2_s2": {(triton_gemm, "PDL_GLUON"): 2, (triton_gemm, "PDL_SHORT"): 2},
-    "g1_s2": {(triton_gemm, "PDL_GLUON"): 1, (triton_gemm, "PDL_SHORT"): 2},
+    # PDL mode per kind of kernel (triton_gemm.PDL_KINDS): g = Gluon products, s = all short kernels, n = RMSNorm,
+    # c = attention combine, r = q/k norm + RoPE; the kinds not named stay at mode 1
+    "g2_s1": {(triton_gemm, "PDL_KINDS"): {"gluon": 2}},
+    "g2_s2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "rope": 2, "split": 2, "combine": 2}},
+    "g1_s2": {(triton_gemm, "PDL_KINDS"): {"gluon": 1, "norm": 2, "rope": 2, "split": 2, "combine": 2}},
+    "g2_n2c2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "combine": 2}},
+    "g2_n2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2}},
+    "g2_n2r2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "rope": 2}},
 }
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 

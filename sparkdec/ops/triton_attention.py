@@ -277,7 +277,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
         ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS,
-        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("short"))
+        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args("short"))
+                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args("combine"))

@@ -39,7 +39,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
                            out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
-                           **pdl_args("short"))
+                           **pdl_args("norm"))
     return (out, res_out) if residual is not None else out
 
 
@@ -99,5 +99,5 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
     _qkv_rope_store_kernel[(t, num_q + num_kv)](
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
-        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args("short"))
+        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args("rope"))
     return q if num_q else None

@@ -31,18 +31,17 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # up to 16 bf16 rows on an H200/H100 run the Gluon product (ops/gluon_gemv.py, same bits) for the shapes in its
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
-# per kind of kernel, where PDL is on (None: PDL_MODE): the Gluon products, and the short kernels between them
-# (norms, q/k norm + RoPE + KV store, attention split and combine). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30
-# .json): the Gluon products let the next kernel launch right after their wait (its weight ring fills meanwhile); the
-# short kernels at mode 2 were faster at 1k but much slower at 8k and in the propose, so they keep PDL_MODE.
-PDL_GLUON: int | None = 2
-PDL_SHORT: int | None = None
+# PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon
+# products), "norm" (RMSNorm), "rope" (q/k norm + RoPE + KV store), "split" and "combine" (attention). Chosen on the
+# H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products let the next kernel launch right after their wait
+# (its weight ring fills meanwhile); the short kernels at mode 2 were faster at 1k but much slower at 8k and in the
+# propose.
+PDL_KINDS: dict[str, int] = {"gluon": 2}
 
 
 def pdl_mode(kind: str | None = None) -> int:
-    """The PDL mode of a kernel of this kind ("gluon", "short" or None for the others)."""
-    override = {"gluon": PDL_GLUON, "short": PDL_SHORT}.get(kind) if PDL_MODE else None
-    return PDL_MODE if override is None else override
+    """The PDL mode of a kernel of this kind (None: not a kind with its own mode)."""
+    return PDL_KINDS.get(kind, PDL_MODE) if PDL_MODE else 0
 
 
 def pdl_args(kind: str | None = None) -> dict:
