@@ -143,10 +143,10 @@ if AVAILABLE:
                           DT)
 
 
-# (weight rows, K) -> (BN, BK, STAGES, XRING): tile, ring depth and where x lives (XRING 1: its tiles ride in the
-# ring beside the weights; 0: the program's whole x slice is loaded once after the PDL wait) of the Gluon product, chosen on the H200
-# (scripts/gluon_gemv_probe.py). A shape not listed runs the Triton kernel. The shipped table is gluon_configs.json
-# next to this file; SPARKDEC_GLUON_CONFIGS=path replaces it (the probe's output).
+# (weight rows, K) -> (BN, BK, STAGES, XRING) of the Gluon product: tile, ring depth and where x lives (XRING 1: its
+# tiles ride in the ring beside the weights; 0: the program's whole x slice is loaded once after the PDL wait), chosen
+# on the H200 (scripts/gluon_gemv_probe.py). A shape not listed runs the Triton kernel. The shipped table is
+# gluon_configs.json next to this file; SPARKDEC_GLUON_CONFIGS=path replaces it (the probe's output).
 CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
