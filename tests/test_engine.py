@@ -179,3 +179,6 @@ def test_bad_environment_switches_name_the_variable(monkeypatch, tmp_path, targe
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(env.InvalidSettingError, match="not valid JSON"):
         triton_gemm.load_configs(tmp_path / "bad.json")
+    monkeypatch.setenv("SPARKDEC_GLUON_CONFIGS", str(tmp_path / "missing.json"))
+    with pytest.raises(env.InvalidSettingError, match="SPARKDEC_GLUON_CONFIGS"):
+        triton_gemm.gluon_gemv.load_configs()

@@ -9,14 +9,13 @@ depend on it), so the weight stream does not stop at kernel boundaries.
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 
 import torch
 import triton
 
-from sparkdec.env import InvalidSettingError
+from sparkdec.ops.tile_tables import read_table
 
 try:  # Gluon ships with triton >= 3.5; the CPU path and older tritons use the Triton kernel alone
     from triton.experimental import gluon
@@ -159,22 +158,9 @@ def _is_hopper(device: torch.device) -> bool:
 
 
 def load_configs(path: str | os.PathLike | None = None) -> None:
-    """Read {"N,K": [BN, BK, STAGES, XRING]} (or {"configs": {...}}) into CONFIGS."""
-    chosen = path or os.environ.get("SPARKDEC_GLUON_CONFIGS")
-    path = chosen or pathlib.Path(__file__).with_name("gluon_configs.json")
-    if not os.path.exists(path):
-        if chosen:  # NOTE: a table the user named must exist
-            raise InvalidSettingError(f"Gluon tile table {str(path)!r} (SPARKDEC_GLUON_CONFIGS) does not exist; give "
-                                      "the gluon_configs.json that scripts/gluon_gemv_probe.py wrote, or unset it")
-        return
-    try:
-        with open(path) as f:
-            table = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise InvalidSettingError(f"Gluon tile table {str(path)!r} is not valid JSON ({exc}); use the file "
-                                  "scripts/gluon_gemv_probe.py writes") from exc
-    table = table.get("configs", table)
-    CONFIGS.update({tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.items()})
+    """Read {"N,K": [BN, BK, STAGES, XRING]} into CONFIGS."""
+    CONFIGS.update(read_table(path, "SPARKDEC_GLUON_CONFIGS", pathlib.Path(__file__).with_name("gluon_configs.json"),
+                              "Gluon tile table", "scripts/gluon_gemv_probe.py"))
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, int, int, int] | None:

@@ -14,13 +14,15 @@ start while this one drains, and wait (gdc_wait) before reading anything the pre
 from __future__ import annotations
 
 import os
+import pathlib
 
 import torch
 import triton
 import triton.language as tl
 
-from sparkdec.env import InvalidSettingError, choice, flag
+from sparkdec.env import choice, flag
 from sparkdec.ops import gluon_gemv
+from sparkdec.ops.tile_tables import read_table
 
 BLOCK_M = 16
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -84,23 +86,8 @@ MAX_TILES = 1 << 16
 
 def load_configs(path: str | os.PathLike | None = None) -> None:
     """Read {"N,K": [BLOCK_N, BLOCK_K, SPLIT_K, warps, stages]} into CONFIGS."""
-    import json
-    import pathlib
-
-    chosen = path or os.environ.get("SPARKDEC_GEMM_CONFIGS")
-    path = chosen or pathlib.Path(__file__).with_name("gemm_configs.json")
-    if not os.path.exists(path):
-        if chosen:  # NOTE: a table the user named must exist; silently using the shipped one would hide the typo
-            raise InvalidSettingError(f"GEMM tile table {str(path)!r} (SPARKDEC_GEMM_CONFIGS) does not exist; "
-                                      "give the JSON that scripts/sweep_gemm.py wrote, or unset it")
-        return
-    try:
-        with open(path) as f:
-            table = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise InvalidSettingError(f"GEMM tile table {str(path)!r} is not valid JSON ({exc}); use the file "
-                                  "scripts/sweep_gemm.py writes") from exc
-    CONFIGS.update({tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.get("configs", {}).items()})
+    CONFIGS.update(read_table(path, "SPARKDEC_GEMM_CONFIGS", pathlib.Path(__file__).with_name("gemm_configs.json"),
+                              "GEMM tile table", "scripts/sweep_gemm.py"))
 
 
 def row_tile(m: int, block_n: int, block_k: int, warps: int, stages: int) -> tuple[int, int, int, int, int]:
