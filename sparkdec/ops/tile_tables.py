@@ -25,5 +25,5 @@ def read_table(path, env_var: str, shipped: pathlib.Path, what: str, writer: str
     except json.JSONDecodeError as exc:
         raise InvalidSettingError(f"{what} {str(path)!r} is not valid JSON ({exc}); use the file {writer} "
                                   "writes") from exc
-    table = table.get("configs", table)
-    return {tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.items()}
+    table = table.get("configs", table)  # {"note": ..., "configs": {...}} or the bare map
+    return {tuple(int(v) for v in key.split(",")): tuple(cfg) for key, cfg in table.items() if "," in key}
