@@ -163,6 +163,11 @@ def load_configs(path: str | os.PathLike | None = None) -> None:
                               "Gluon tile table", "scripts/gluon_gemv_probe.py"))
 
 
+def _row_pad(m: int) -> int:
+    """MP: the token rows a program computes (the wgmma n); rows >= m are zeros."""
+    return 8 if m <= 8 else 16
+
+
 def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, int, int, int] | None:
     """The (BN, BK, STAGES, XRING) to run x @ weight^T with, or None where the Triton kernel must run it."""
     if not AVAILABLE or not x.is_cuda or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
@@ -176,19 +181,20 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
         return None
     bn, bk, stages, xring = cfg
     x_tiles = stages if xring else weight.shape[1] // split_k // bk
-    if 2 * bk * (stages * bn + x_tiles * (8 if x.shape[0] <= 8 else 16)) > SMEM_BYTES:
+    if 2 * bk * (stages * bn + x_tiles * _row_pad(x.shape[0])) > SMEM_BYTES:
         return None
     return cfg
 
 
-def _descriptor(weight: torch.Tensor, bn: int, bk: int):
-    """The TMA descriptor of weight in [bn, bk] boxes (cached: it encodes only address, shape and strides)."""
-    key = (weight.data_ptr(), tuple(weight.shape), weight.stride(0), bn, bk)
+def _descriptor(t: torch.Tensor, rows: int, cols: int):
+    """The TMA descriptor of a 2-D bf16 tensor (weights or x) in [rows, cols] boxes (cached: it encodes only address,
+    shape and strides)."""
+    key = (t.data_ptr(), tuple(t.shape), t.stride(0), rows, cols)
     if key not in _DESCRIPTORS:
         if len(_DESCRIPTORS) > 4096:  # activations of eager calls come and go: keep the cache bounded
             _DESCRIPTORS.clear()
-        layout = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16)
-        _DESCRIPTORS[key] = TensorDescriptor.from_tensor(weight, [bn, bk], layout)
+        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], gl.bfloat16)
+        _DESCRIPTORS[key] = TensorDescriptor.from_tensor(t, [rows, cols], layout)
     return _DESCRIPTORS[key]
 
 
@@ -199,7 +205,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     bn, bk, stages, xring = cfg
     m, k = x.shape
     n = out.shape[1]
-    mp = 8 if m <= 8 else 16
+    mp = _row_pad(m)
     tiles = triton.cdiv(weight.shape[0], bn)
     ws = out
     if split_k > 1:
