@@ -4,7 +4,8 @@ and attention-split variants it first ran are in benchmarks/results/l2_prefetch_
 
 usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all;
 name#2 runs a variant again, interleaved with the others, to see the run-to-run spread; AB_CONTEXTS=1024 picks the
-contexts, default 1024,8192; AB_PROPOSE_ONLY=1 builds only the speculative engine and times the propose)
+contexts, default 1024,8192; AB_PROPOSE_ONLY=1 builds only the speculative engine and times the propose;
+AB_PLAIN_ONLY=1 only the plain one)
 """
 from __future__ import annotations
 
@@ -66,7 +67,32 @@ VARIANTS = {
     "g2_n2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2}},
     "g2_n2r2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "rope": 2}},
 }
+
+
+def _tiles(triton: dict | None = None, gluon: dict | None = None) -> dict:
+    """A variant that changes tile-table entries ((weight rows, K) -> config) of the Triton and Gluon products.
+    The split-K of a shape is the Triton entry's third field and fixes the bits: both kernels read it."""
+    return {(triton_gemm, "CONFIGS"): {**triton_gemm.CONFIGS, **(triton or {})},
+            (gluon_gemv, "CONFIGS"): {**gluon_gemv.CONFIGS, **(gluon or {})}}
+
+
+# session 10: tiles and split-K of the Qwen3-4B Gluon products inside the decode graph (the probe timed each product
+# back to back with itself; in a layer the next kernel's programs can only start where shared memory is left)
+QKV, O, GATE_UP, DOWN = (6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)
+VARIANTS.update({
+    "o_s4": _tiles({O: (32, 256, 4, 4, 4)}),
+    "o_s16": _tiles({O: (32, 256, 16, 4, 4)}, {O: (64, 128, 2, 1)}),
+    "o_st2": _tiles(gluon={O: (64, 128, 2, 1)}),
+    "down_s2": _tiles({DOWN: (32, 128, 2, 4, 4)}),
+    "down_s8": _tiles({DOWN: (32, 64, 8, 4, 4)}, {DOWN: (64, 64, 12, 1)}),
+    "down_st4": _tiles(gluon={DOWN: (64, 128, 4, 1)}),
+    "gu_st3": _tiles(gluon={GATE_UP: (64, 128, 3, 1)}),
+    "coresident": _tiles(gluon={GATE_UP: (64, 128, 2, 1), DOWN: (64, 128, 3, 1)}),
+    "qkv_bk128": _tiles(gluon={QKV: (64, 128, 4, 1)}),
+    "qkv_st2": _tiles(gluon={QKV: (64, 256, 2, 1)}),
+})
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
+PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 
 
 def run_variant(models, ctx: int, overrides: dict) -> dict:
@@ -75,7 +101,7 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
         setattr(mod, name, value)
     try:
         res = {}
-        for spec in (True,) if PROPOSE_ONLY else (False, True):
+        for spec in (True,) if PROPOSE_ONLY else (False,) if PLAIN_ONLY else (False, True):
             eng = make_engine(models, ctx, spec=spec)
             seq = prefill(eng, ctx, 200)
             if spec:  # the propose graph (greedy drafts)
