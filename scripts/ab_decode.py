@@ -90,6 +90,14 @@ VARIANTS.update({
     "coresident": _tiles(gluon={GATE_UP: (64, 128, 2, 1), DOWN: (64, 128, 3, 1)}),
     "qkv_bk128": _tiles(gluon={QKV: (64, 128, 4, 1)}),
     "qkv_st2": _tiles(gluon={QKV: (64, 256, 2, 1)}),
+    # weight tiles the o product requests before its PDL wait: its prefetch floods HBM while the attention combine
+    # (latency-bound) runs; and the split kernel at PDL mode 2 (the combine starts while it runs)
+    "o_pre0": {(gluon_gemv, "PREFETCH"): {O: 0}},
+    "o_pre1": {(gluon_gemv, "PREFETCH"): {O: 1}},
+    "o_pre2": {(gluon_gemv, "PREFETCH"): {O: 2}},
+    "split2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "combine": 2, "split": 2}},
+    "split2_o_pre1": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "combine": 2, "split": 2},
+                      (gluon_gemv, "PREFETCH"): {O: 1}},
 })
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"

@@ -76,8 +76,8 @@ if AVAILABLE:
     @gluon.jit
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
-                     SPLIT_K: gl.constexpr, STAGES: gl.constexpr, MP: gl.constexpr, XRING: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
+                     XRING: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -88,13 +88,15 @@ if AVAILABLE:
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for j in gl.static_range(STAGES):  # XRING: a stage is ready when its weight and its x tile have arrived
             mbarrier.init(ready.index(j), count=2 if XRING else 1)
-        # the weights do not depend on the previous kernel: fill the ring before waiting for it
-        for j in gl.static_range(STAGES):
+        # the weights do not depend on the previous kernel: fill the ring (its first PRE stages) before waiting for it
+        for j in gl.static_range(PRE):
             _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
         if PDL:
             gdc_wait()
             if PDL == 2:
                 gdc_launch_dependents()
+        for j in gl.static_range(PRE, STAGES):
+            _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
         if XRING:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
             for j in gl.static_range(STAGES):
@@ -147,6 +149,9 @@ if AVAILABLE:
 # on the H200 (scripts/gluon_gemv_probe.py). A shape not listed runs the Triton kernel. The shipped table is
 # gluon_configs.json next to this file; SPARKDEC_GLUON_CONFIGS=path replaces it (the probe's output).
 CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+# (weight rows, K) -> weight tiles a program requests before its PDL wait (default: the whole ring). Fewer keep HBM
+# free for the kernel it overlaps (A/B: scripts/ab_decode.py)
+PREFETCH: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -214,7 +219,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
-                                   STAGES=stages, MP=mp, XRING=bool(xring), num_warps=4, **extra)
+                                   STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
+                                   XRING=bool(xring), num_warps=4, **extra)
     return out
 
 
