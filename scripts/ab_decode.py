@@ -4,7 +4,7 @@ and attention-split variants it first ran are in benchmarks/results/l2_prefetch_
 
 usage: python scripts/ab_decode.py OUT.json [shape] [variant ...]   (variants: names in VARIANTS; default all;
 name#2 runs a variant again, interleaved with the others, to see the run-to-run spread; AB_CONTEXTS=1024 picks the
-contexts, default 1024,8192; AB_PROPOSE_ONLY=1 builds only the speculative engine and times the propose;
+contexts, default 1024,8192; AB_PROPOSE_ONLY=1 builds only the speculative engine (propose and its verify graphs);
 AB_PLAIN_ONLY=1 only the plain one)
 """
 from __future__ import annotations
@@ -99,6 +99,13 @@ VARIANTS.update({
     "split2_o_pre1": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "combine": 2, "split": 2},
                       (gluon_gemv, "PREFETCH"): {O: 1}},
 })
+# the drafter's context write inside the verify graph (fc over the 5 taps, then each draft layer's k/v rows): shapes
+# not in either table ran the Triton kernel's default tile without split-K
+FC, KV = (2560, 12800), (2048, 2560)
+for _s in (4, 5, 10):
+    VARIANTS[f"ctx_s{_s}"] = _tiles({FC: (32, 128, _s, 4, 4), KV: (32, 128, _s, 4, 4)},
+                                    {FC: (64, 128, 4, 1), KV: (64, 128, 4, 1)})
+VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 4)})
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 
@@ -113,7 +120,9 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
             eng = make_engine(models, ctx, spec=spec)
             seq = prefill(eng, ctx, 200)
             if spec:  # the propose graph (greedy drafts)
-                res.update(propose_ms=propose_time(eng, seq), propose_replay_ms=propose_replay_ms(eng, seq))
+                res.update(propose_ms=propose_time(eng, seq), propose_replay_ms=propose_replay_ms(eng, seq),
+                           spec_verify1_replay_ms=graph_replay_ms(eng, seq), spec_verify8_replay_ms=graph_replay_ms(
+                               eng, seq, 8))
             else:
                 res.update(decode_ms=decode_ms(eng, seq, 64), replay1_ms=graph_replay_ms(eng, seq),
                            replay8_ms=graph_replay_ms(eng, seq, 8))
