@@ -132,9 +132,10 @@ def test_gluon_products_give_the_triton_kernels_bits():
     dev, dt = "cuda", torch.bfloat16
     saved = dict(gg.CONFIGS)
     try:
-        for n, k in [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)]:
+        # the four layer products, the drafter's fc and its k/v rows (a row slice of a qkv weight, as the engine reads)
+        for n, k in [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (2560, 12800), (2048, 2560)]:
             cfg = saved[(n, k)]
-            w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
+            w = torch.randn(n + 4096 if n == 2048 else n, k, device=dev, dtype=dt)[-n:] / k ** 0.5
             x = torch.randn(16, k + 64, device=dev, dtype=dt)[:, 32:32 + k]  # rows strided, 64-byte offset
             r = torch.randn(16, n, device=dev, dtype=dt)
             tiles = [tuple(cfg)] + ([(cfg[0], cfg[1], cfg[2], 1 - cfg[3])] if n == 6144 else [])
