@@ -101,6 +101,8 @@ VARIANTS.update({
 })
 # the drafter's context write inside the verify graph (fc over the 5 taps, then each draft layer's k/v rows): shapes
 # not in either table ran the Triton kernel's default tile without split-K
+# the attention combine's chunk loops unrolled (same bits; every chunk's loads in one basic block)
+VARIANTS["combine_unroll"] = {(triton_attention, "COMBINE_UNROLL"): True}
 FC, KV = (2560, 12800), (2048, 2560)
 for _s in (4, 5, 10):
     VARIANTS[f"ctx_s{_s}"] = _tiles({FC: (32, 128, _s, 4, 4), KV: (32, 128, _s, 4, 4)},

@@ -34,6 +34,7 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
+COMBINE_UNROLL = False  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once)
 
 
 @triton.jit
@@ -168,7 +169,8 @@ def attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale):
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, PDL: tl.constexpr):
+                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, UNROLL: tl.constexpr,
+                    PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     # staged before the forward: read before the wait
@@ -178,32 +180,54 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row.to(tl.int64) * num_heads + h) * num_splits
-    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD)
+    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, UNROLL)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
 @triton.jit
 def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
-                    D: tl.constexpr, D_PAD: tl.constexpr):
+                    D: tl.constexpr, D_PAD: tl.constexpr, UNROLL: tl.constexpr):
     """The splits' maximum first, then the weighted sums. (A one-pass form rescaling as the maximum grows was no
-    faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)"""
+    faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)
+    NOTE: fixed-size chunks of splits, summed chunk after chunk: the order depends on nothing but the row itself
+    (not on how many splits the grid was sized for). UNROLL: the same operations unrolled, so that the compiler can
+    issue every chunk's loads at once instead of one memory round trip per chunk (same bits)."""
     m = tl.full([CHUNK], float("-inf"), tl.float32)
-    for c in range(0, CHUNKS):
-        live = c * CHUNK + sp < used
-        m = tl.maximum(m, tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf")))
+    if UNROLL:
+        for c in tl.static_range(CHUNKS):
+            m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
+    else:
+        for c in range(0, CHUNKS):
+            m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
     m_max = tl.max(m, 0)
-    # NOTE: fixed-size chunks of splits, summed chunk after chunk: the order depends on nothing but the row
-    # itself (not on how many splits the grid was sized for)
     total = 0.0
     acc = tl.zeros([D_PAD], tl.float32)
-    for c in range(0, CHUNKS):
-        idx = base + c * CHUNK + sp
-        live = c * CHUNK + sp < used
-        w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
-        total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
-        parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
-        acc += tl.sum(parts * w[:, None], 0)
+    if UNROLL:
+        for c in tl.static_range(CHUNKS):
+            total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
+    else:
+        for c in range(0, CHUNKS):
+            total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
     return acc / total
+
+
+@triton.jit
+def _chunk_max(ml_ptr, base, used, sp, c, CHUNK: tl.constexpr):
+    """The maxima of chunk c's splits (-inf past the used ones)."""
+    live = c * CHUNK + sp < used
+    return tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf"))
+
+
+@triton.jit
+def _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK: tl.constexpr, D: tl.constexpr):
+    """Chunk c's splits added to the running (sum of weights, weighted values)."""
+    idx = base + c * CHUNK + sp
+    live = c * CHUNK + sp < used
+    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
+    total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
+    parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
+    acc += tl.sum(parts * w[:, None], 0)
+    return total, acc
 
 
 WORKSPACE_BYTES = 1 << 29  # eager calls whose split workspace would exceed this run in row ranges
@@ -280,4 +304,4 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), **pdl_args("combine"))
+                             D_PAD=max(16, triton.next_power_of_2(d)), UNROLL=COMBINE_UNROLL, **pdl_args("combine"))
