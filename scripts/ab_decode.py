@@ -103,8 +103,6 @@ VARIANTS.update({
 # not in either table ran the Triton kernel's default tile without split-K
 # the attention combine's chunk loops unrolled (same bits; every chunk's loads in one basic block)
 VARIANTS["combine_unroll"] = {(triton_attention, "COMBINE_UNROLL"): True}
-# the split kernel reads its first pass's kv lens and its first step's pages before the PDL wait (same bits)
-VARIANTS["split_early"] = {(triton_attention, "SPLIT_EARLY"): True}
 FC, KV = (2560, 12800), (2048, 2560)
 for _s in (4, 5, 10):
     VARIANTS[f"ctx_s{_s}"] = _tiles({FC: (32, 128, _s, 4, 4), KV: (32, 128, _s, 4, 4)},

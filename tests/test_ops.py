@@ -72,13 +72,9 @@ assert torch.allclose(triton_paged_attention(*largs, row_kv_len_host=long.row_kv
 ta.FINE_END = 0  # 128-key splits throughout (the rows at 2100 have split both ways above)
 coarse = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5)
 assert torch.allclose(coarse, ref, atol=1e-5, rtol=1e-5)
-# the combine's chunk loops unrolled or not, the split kernel's lens and first pages read early or not: the same
-# operations on the same values
-for switch in ("COMBINE_UNROLL", "SPLIT_EARLY"):
-    setattr(ta, switch, not getattr(ta, switch))
-    assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
-                                              d ** -0.5), coarse), switch
-    assert torch.equal(triton_paged_attention(*largs, blocks=(long.block_lead, long.block_rows)), lout), switch
+ta.COMBINE_UNROLL = not ta.COMBINE_UNROLL  # the combine's chunk loops unrolled or not: the same operations
+assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
+                                          d ** -0.5), coarse)
 print("ok")
 """
 

@@ -34,8 +34,6 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
-# the split kernel reads the first pass's kv lens and its first step's pages before its PDL wait (same bits)
-SPLIT_EARLY = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -46,29 +44,19 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, EARLY: tl.constexpr,
-                  PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
     # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
-    # EARLY: the first pass's kv lens and the pages of this program's first step are staged too: read them here, so
-    # that after the wait the keys' loads need no further round trip
-    row0, head0, live0, lens0, max0 = tile_rows(len_ptr, lead, n_rows, 0, kvh, has_block & EARLY, GROUP, GROUP_PAD,
-                                                ROWS)
-    pos0 = split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) + tl.arange(0, BLOCK)
-    page0 = tl.load(bt_ptr + seq * stride_bt + pos0 // page_size, mask=(pos0 < max0) & has_block & EARLY, other=0)
     pdl_wait(PDL)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
         for pas in range(0, PASSES):
-            if EARLY and pas == 0:
-                row, head, live, lens, max_len = row0, head0, live0, lens0, max0
-            else:
-                row, head, live, lens, max_len = tile_rows(len_ptr, lead, n_rows, pas * ROWS, kvh, True, GROUP,
-                                                           GROUP_PAD, ROWS)
-            q, d, dm = tile_queries(q_ptr, row, head, live, stride_qt, stride_qh, D, D_PAD)
+            row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
+                                                                  stride_qt, stride_qh, GROUP, GROUP_PAD, ROWS, D,
+                                                                  D_PAD)
             # NOTE: a fixed number of programs per (block, kv head) walk the splits p, p + PROGRAMS, ...: the
             # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
             for j in range(0, ITERS):
@@ -78,8 +66,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                start, steps, page0, EARLY and (pas == 0) and (j == 0), d, dm, ROWS * GROUP_PAD, D,
-                                D_PAD, BLOCK, SPLIT_N // BLOCK)
+                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
     pdl_release(PDL)
 
 
@@ -88,12 +75,6 @@ def load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, 
     """Keys and values at positions pos (a step) of one sequence for kv head kvh, [BLOCK, D_PAD] each; rows where
     keep is false are zeros and read nothing."""
     page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
-    return keys_at(k_ptr, v_ptr, page, stride_ks, stride_kh, page_size, kvh, pos, keep, d, dm)
-
-
-@triton.jit
-def keys_at(k_ptr, v_ptr, page, stride_ks, stride_kh, page_size, kvh, pos, keep, d, dm):
-    """load_keys with the positions' pages already read."""
     slot = page.to(tl.int64) * page_size + pos % page_size
     kv_mask = keep[:, None] & dm[None, :]
     k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
@@ -136,52 +117,32 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
     """Query rows r0 .. r0 + ROWS - 1 of the block at `lead` (n_rows rows) for kv head kvh: tile row i is
     (row r0 + i // GROUP_PAD, head kvh * GROUP + i % GROUP_PAD). -> rows, heads, live mask, kv lens,
     their max (0 past the block's rows: nothing to do), the queries [ROWS * GROUP_PAD, D_PAD], d, d mask."""
-    row, head, live, lens, max_len = tile_rows(len_ptr, lead, n_rows, r0, kvh, True, GROUP, GROUP_PAD, ROWS)
-    q, d, dm = tile_queries(q_ptr, row, head, live, stride_qt, stride_qh, D, D_PAD)
-    return row, head, live, lens, max_len, q, d, dm
-
-
-@triton.jit
-def tile_rows(len_ptr, lead, n_rows, r0, kvh, valid, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-              ROWS: tl.constexpr):
-    """query_tile's rows, heads, live mask, kv lens and their max (staged before the forward: safe to read before
-    the PDL wait); valid false: nothing is read (no block, or not wanted)."""
     i = tl.arange(0, ROWS * GROUP_PAD)
+    d = tl.arange(0, D_PAD)
+    dm = d < D
     head = kvh * GROUP + i % GROUP_PAD
     row = lead + r0 + i // GROUP_PAD
     live = (r0 + i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP)
-    lens = tl.load(len_ptr + row, mask=live & valid, other=0)
-    return row, head, live, lens, tl.max(lens, 0)
-
-
-@triton.jit
-def tile_queries(q_ptr, row, head, live, stride_qt, stride_qh, D: tl.constexpr, D_PAD: tl.constexpr):
-    """query_tile's queries [ROWS * GROUP_PAD, D_PAD], d, d mask."""
-    d = tl.arange(0, D_PAD)
-    dm = d < D
+    lens = tl.load(len_ptr + row, mask=live, other=0)
     q = tl.load(q_ptr + row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
                 mask=live[:, None] & dm[None, :], other=0.0)
-    return q, d, dm
+    return row, head, live, lens, tl.max(lens, 0), q, d, dm
 
 
 @triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
-                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, page0, first,
-                d, dm, QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr,
-                MAX_STEPS: tl.constexpr):
+                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
-    workspace. first: page0 holds the pages of the split's first step (read before the PDL wait)."""
+    workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
     l_i = tl.zeros([QR], tl.float32)
     acc = tl.zeros([QR, D_PAD], tl.float32)
     for i in range(0, MAX_STEPS):  # NOTE: a fine split stops early (a runtime bound: not in the interpreter)
         if i < steps:
             pos = start + i * BLOCK + tl.arange(0, BLOCK)
-            if first and i == 0:
-                page = page0
-            else:
-                page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=pos < max_len, other=0)
-            k, v = keys_at(k_ptr, v_ptr, page, stride_ks, stride_kh, page_size, kvh, pos, pos < max_len, d, dm)
+            k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
+                             pos < max_len, d, dm)
             m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
@@ -340,7 +301,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, EARLY=SPLIT_EARLY, num_warps=SPLIT_WARPS,
+        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS,
         **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
