@@ -103,6 +103,9 @@ VARIANTS.update({
 # not in either table ran the Triton kernel's default tile without split-K
 # the attention combine's chunk loops unrolled (same bits; every chunk's loads in one basic block)
 VARIANTS["combine_unroll"] = {(triton_attention, "COMBINE_UNROLL"): True}
+# the split kernel's warps and key step (registers: 4 warps x 64 keys spill 1456 B per thread, 8 x 32 none)
+VARIANTS["split_b32"] = {(triton_attention, "SPLIT_BLOCK_N"): 32}
+VARIANTS["split_w8_b32"] = {(triton_attention, "SPLIT_WARPS"): 8, (triton_attention, "SPLIT_BLOCK_N"): 32}
 FC, KV = (2560, 12800), (2048, 2560)
 for _s in (4, 5, 10):
     VARIANTS[f"ctx_s{_s}"] = _tiles({FC: (32, 128, _s, 4, 4), KV: (32, 128, _s, 4, 4)},
