@@ -66,6 +66,8 @@ VARIANTS = {
     "g2_n2c2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "combine": 2}},
     "g2_n2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2}},
     "g2_n2r2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "rope": 2}},
+    # session 10: the shipped plan plus the q/k norm + RoPE kernel at mode 2 (the split kernel alone at 2 is slower)
+    "g2_n2c2r2": {(triton_gemm, "PDL_KINDS"): {"gluon": 2, "norm": 2, "combine": 2, "rope": 2}},
 }
 
 
