@@ -124,19 +124,19 @@ class Qwen3DecoderLayer(nn.Module):
 
     def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
-        gate_up+SiLU, down+residual), each row batch-invariant. (Folding the norms into the products was measured
-        slower on the H200: the products are latency-bound and the norm lengthened every program.)"""
+        gate_up+SiLU, down+residual), each row batch-invariant. (Folding the norms into the Triton products was
+        measured slower on the H200; triton_gemm.NORM_FOLD folds them into the Gluon products, off until measured.)"""
         from sparkdec.ops.triton_fused import qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
 
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
-        qkv = gemm(ln1(h), attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
+        qkv = gemm(h, attn.qkv_weight, norm=(ln1.weight, ln1.eps))  # RMSNorm, then [T, (Hq + 2 Hkv) * D]
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
         h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
-        x = gemm(ln2(h), mlp.gate_up_weight, silu=True)  # [T, I]
+        x = gemm(h, mlp.gate_up_weight, silu=True, norm=(ln2.weight, ln2.eps))  # RMSNorm, then [T, I]
         return gemm(x, mlp.down_proj.weight, residual=h)
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
