@@ -103,8 +103,6 @@ VARIANTS.update({
 })
 # the drafter's context write inside the verify graph (fc over the 5 taps, then each draft layer's k/v rows): shapes
 # not in either table ran the Triton kernel's default tile without split-K
-# the RMSNorms computed inside the qkv and gate_up Gluon products (no norm kernels for up to 8 rows; same bits)
-VARIANTS["norm_fold"] = {(triton_gemm, "NORM_FOLD"): True}
 # the attention combine's chunk loops unrolled (same bits; every chunk's loads in one basic block)
 VARIANTS["combine_unroll"] = {(triton_attention, "COMBINE_UNROLL"): True}
 # the split kernel's warps and key step (registers: 4 warps x 64 keys spill 1456 B per thread, 8 x 32 none)

@@ -157,32 +157,6 @@ def test_gluon_products_give_the_triton_kernels_bits():
         gg.CONFIGS.update(saved)
 
 
-def test_norm_fold_gives_the_norm_kernels_bits():
-    """gemm(h, W, norm=(w, eps)) with the RMSNorm computed inside the Gluon product (triton_gemm.NORM_FOLD) against
-    the norm kernel then the product: the same bits for 1..8 rows (qkv and gate_up shapes, rows of very different
-    scales); the folded path really runs."""
-    from sparkdec.ops import gluon_gemv as gg
-    from sparkdec.ops import triton_gemm as tg
-
-    torch.manual_seed(0)
-    dev, dt = "cuda", torch.bfloat16
-    saved = tg.NORM_FOLD
-    try:
-        for (n, k), silu in [((6144, 2560), False), ((19456, 2560), True)]:
-            w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
-            nw = (1.0 + 0.1 * torch.randn(k, device=dev)).to(dt)
-            h = torch.randn(8, k, device=dev, dtype=dt) * torch.logspace(-2, 2, 8, device=dev)[:, None].to(dt)
-            for m in (1, 3, 8):
-                assert gg.supports(h[:m], w, 1, norm=True) is not None
-                tg.NORM_FOLD = True
-                got = tg.gemm(h[:m], w, silu=silu, norm=(nw, 1e-6))
-                tg.NORM_FOLD = False
-                ref = tg.gemm(h[:m], w, silu=silu, norm=(nw, 1e-6))
-                assert torch.equal(got, ref), (n, k, m)
-    finally:
-        tg.NORM_FOLD = saved
-
-
 @pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=0.8, top_p=0.95),
                                 dict(temperature=0.7, top_k=100, top_p=0.9)])
 def test_sample_rows_gives_each_row_what_one_row_gives_on_cuda(kw):

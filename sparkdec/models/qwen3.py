@@ -124,8 +124,8 @@ class Qwen3DecoderLayer(nn.Module):
 
     def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
-        gate_up+SiLU, down+residual), each row batch-invariant. (Folding the norms into the Triton products was
-        measured slower on the H200; triton_gemm.NORM_FOLD folds them into the Gluon products, off until measured.)"""
+        gate_up+SiLU, down+residual), each row batch-invariant. The norm kernel runs first (gemm(norm=...));
+        folding the norms into the Triton and Gluon products was measured slower on the H200."""
         from sparkdec.ops.triton_fused import qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
 

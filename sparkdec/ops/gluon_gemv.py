@@ -47,40 +47,6 @@ if AVAILABLE:
         gl.thread_barrier()
 
     @gluon.jit
-    def _row_scales(x_ptr, M, stride_xm, n, eps, MP: gl.constexpr, NBLOCK: gl.constexpr, num_warps: gl.constexpr,
-                    layout: gl.constexpr):
-        """1 / rms of rows 0..MP-1 of x [M, n] (1.0 past M) as a [MP] tensor in `layout`. Each row is reduced as the
-        Triton RMSNorm kernel reduces it (ops/triton_fused.py: one row over an [NBLOCK] tile in
-        BlockedLayout([1], [32], [num_warps]), read from its TTGIR), so the scales have its bits."""
-        rl: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        offs = gl.arange(0, NBLOCK, layout=rl)
-        rows = gl.arange(0, MP, layout=layout)
-        inv = gl.full([MP], 1.0, gl.float32, layout=layout)
-        for m in gl.static_range(MP):
-            if m < M:
-                xf = gl.load(x_ptr + m * stride_xm + offs, mask=offs < n, other=0.0).to(gl.float32)
-                inv = gl.where(rows == m, gl.rsqrt(gl.sum(xf * xf, 0) / n + eps), inv)
-        return inv
-
-    @gluon.jit
-    def _load_x_normed(x_ptr, nw_ptr, x_smem, M, stride_xm, n, eps, k_begin, NK: gl.constexpr, MP: gl.constexpr,
-                       BK: gl.constexpr, NBLOCK: gl.constexpr, num_warps: gl.constexpr):
-        """RMSNorm(x)[:, k_begin : k_begin + NK * BK] -> x_smem [NK, MP, BK]: the Triton RMSNorm kernel's arithmetic
-        (y = (x * inv) rounded, then w * y rounded), elementwise after the row scales (rows >= M are zeros)."""
-        xl: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
-        inv = _row_scales(x_ptr, M, stride_xm, n, eps, MP, NBLOCK, num_warps, gl.SliceLayout(1, xl))
-        rows = gl.arange(0, MP, layout=gl.SliceLayout(1, xl))
-        cols = gl.arange(0, BK, layout=gl.SliceLayout(0, xl))
-        DT: gl.constexpr = x_ptr.dtype.element_ty
-        for j in gl.static_range(NK):
-            k = k_begin + j * BK + cols
-            x = gl.load(x_ptr + rows[:, None] * stride_xm + k[None, :], mask=(rows < M)[:, None], other=0.0)
-            y = (x.to(gl.float32) * inv[:, None]).to(DT)
-            x_smem.index(j).store((gl.load(nw_ptr + k)[None, :] * y).to(DT))
-        fence_async_shared()
-        gl.thread_barrier()
-
-    @gluon.jit
     def _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU: gl.constexpr, RESIDUAL: gl.constexpr,
                   BN: gl.constexpr, MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
         """y [BN, MP] fp32 (weight rows x token rows) -> out[m, n]: the Triton kernel's epilogue, transposed."""
@@ -108,11 +74,10 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
-    def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, nw_ptr, eps, n_norm, M, N, stride_xm,
-                     stride_om, stride_rm, K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr,
-                     PDL: gl.constexpr, SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr,
-                     MP: gl.constexpr, XRING: gl.constexpr, NORM: gl.constexpr, NBLOCK: gl.constexpr,
-                     num_warps: gl.constexpr):
+    def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
+                     K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
+                     SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
+                     XRING: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -136,13 +101,9 @@ if AVAILABLE:
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
             for j in gl.static_range(STAGES):
                 _request(x_desc, 0, k_begin + j * BK, ready.index(j), x_bufs.index(j), j < NK)
-        else:  # the program's whole x slice, loaded once (NORM: RMSNorm(x) with weight nw, computed here)
+        else:  # the program's whole x slice, loaded once
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
-            if NORM:
-                _load_x_normed(x_ptr, nw_ptr, x_bufs, M, stride_xm, n_norm, eps, k_begin, NK, MP, BK, NBLOCK,
-                               num_warps)
-            else:
-                _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
+            _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, MP, 16])
         acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
@@ -207,28 +168,17 @@ def load_configs(path: str | os.PathLike | None = None) -> None:
                               "Gluon tile table", "scripts/gluon_gemv_probe.py"))
 
 
-# (weight rows, K) -> (BN, BK, STAGES, 0) of the product that also computes the RMSNorm of its input (the whole
-# normed x slice sits in shared memory, so rings are shallower: three gate_up programs still fit on an SM), up to
-# NORM_MAX_ROWS rows (16 rows double that slice). Used where triton_gemm.NORM_FOLD is on (A/B: scripts/ab_decode.py).
-NORM_CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {(6144, 2560): (64, 256, 3, 0),
-                                                                  (19456, 2560): (64, 128, 2, 0)}
-NORM_MAX_ROWS = 8
-
-
 def _row_pad(m: int) -> int:
     """MP: the token rows a program computes (the wgmma n); rows >= m are zeros."""
     return 8 if m <= 8 else 16
 
 
-def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int, norm: bool = False
-             ) -> tuple[int, int, int, int] | None:
-    """The (BN, BK, STAGES, XRING) to run x @ weight^T with (norm: RMSNorm(x) @ weight^T, the norm computed by
-    each program), or None where the Triton kernels must run it."""
+def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, int, int, int] | None:
+    """The (BN, BK, STAGES, XRING) to run x @ weight^T with, or None where the Triton kernel must run it."""
     if not AVAILABLE or not x.is_cuda or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
         return None
-    cfg = (NORM_CONFIGS if norm else CONFIGS).get((weight.shape[0], weight.shape[1]))
-    rows = NORM_MAX_ROWS if norm else MAX_ROWS
-    if cfg is None or not 0 < x.shape[0] <= rows or not _is_hopper(x.device):
+    cfg = CONFIGS.get((weight.shape[0], weight.shape[1]))
+    if cfg is None or not 0 < x.shape[0] <= MAX_ROWS or not _is_hopper(x.device):
         return None
     if weight.shape[1] % (split_k * cfg[1]) or weight.data_ptr() % 16 or weight.stride(0) % 8:
         return None
@@ -254,11 +204,9 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int):
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Tensor, counters: torch.Tensor | None,
-         cfg: tuple[int, int, int, int], split_k: int, silu: bool, residual: bool, pdl: int,
-         norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+         cfg: tuple[int, int, int, int], split_k: int, silu: bool, residual: bool, pdl: int) -> torch.Tensor:
     """The Gluon product into `out` [M, N] (see module docstring); counters: the Triton kernel's split-K arrival
-    counters (each tile's last program resets its counter); norm (weight, eps): multiply RMSNorm(x) instead of x,
-    with the bits of ops/triton_fused.rms_norm (a cfg from supports(..., norm=True))."""
+    counters (each tile's last program resets its counter)."""
     bn, bk, stages, xring = cfg
     m, k = x.shape
     n = out.shape[1]
@@ -268,14 +216,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     if split_k > 1:
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
-    nw, eps = norm if norm is not None else (x, 0.0)
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
-                                   out if counters is None else counters, nw, eps, k, m, n, x.stride(0),
-                                   out.stride(0), res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl,
-                                   SPLIT_K=split_k, STAGES=stages,
-                                   PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), NORM=norm is not None, NBLOCK=triton.next_power_of_2(k),
-                                   num_warps=4, **extra)
+                                   out if counters is None else counters, m, n, x.stride(0), out.stride(0),
+                                   res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
+                                   STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
+                                   XRING=bool(xring), num_warps=4, **extra)
     return out
 
 

@@ -40,9 +40,6 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
-# a product of RMSNorm(x) (gemm(..., norm=...)) on the Gluon path computes the norm in each program instead of
-# launching the norm kernel (same bits; gluon_gemv.NORM_CONFIGS). Off until measured on the H200; read at every launch.
-NORM_FOLD = False
 
 
 def pdl_mode(kind: str | None = None) -> int:
@@ -230,8 +227,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
-    than x's gets that rounding too. norm (weight, eps): the product of RMSNorm(x) (ops/triton_fused.rms_norm's
-    bits); with NORM_FOLD the Gluon product computes the norm itself where it can, else the norm kernel runs first."""
+    than x's gets that rounding too. norm (weight, eps): the product of RMSNorm(x): the norm kernel
+    (ops/triton_fused.rms_norm) runs first, then the product."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -244,20 +241,16 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if m == 0:
         return out
     res = residual if residual is not None else out
-    gluon_cfg = None
     if norm is not None:
-        gluon_cfg = gluon_gemv.supports(x, weight, split_k, norm=True) if GLUON and NORM_FOLD else None
-        if gluon_cfg is None:
-            from sparkdec.ops.triton_fused import rms_norm
+        from sparkdec.ops.triton_fused import rms_norm
 
-            x, norm = rms_norm(x, norm[0], norm[1]), None
-    if gluon_cfg is None and GLUON:
-        gluon_cfg = gluon_gemv.supports(x, weight, split_k)
+        x = rms_norm(x, norm[0], norm[1])
+    gluon_cfg = gluon_gemv.supports(x, weight, split_k) if GLUON else None
     if gluon_cfg is not None:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
         return gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                               pdl_mode("gluon"), norm)
+                               pdl_mode("gluon"))
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:
