@@ -277,23 +277,39 @@ def _block_ranges(blocks: list[tuple[int, int]], max_rows: int) -> list[list[tup
     return groups + ([cur] if cur else [])
 
 
+def split_layout(t: int, max_kv_len: int) -> tuple[dict, int, int, int]:
+    """Splits for rows seeing at most max_kv_len keys -> (the FINE constexprs, splits, programs per (row block,
+    kv head), ITERS: the splits each program walks)."""
+    # a split runs at most SPLIT // SPLIT_BLOCK_N steps: a larger fine split would drop keys
+    assert FINE_END % FINE_SPLIT == 0 and FINE_SPLIT % SPLIT_BLOCK_N == 0 and SPLIT % SPLIT_BLOCK_N == 0
+    assert FINE_END == 0 or FINE_SPLIT <= SPLIT
+    splits = num_splits(max_kv_len)
+    fine = dict(SPLIT_N=SPLIT, FINE_N=FINE_SPLIT, FINE_SPLITS=FINE_END // FINE_SPLIT)
+    # NOTE: loop bounds are compile-time constants, rounded up to powers of two so that a growing context
+    # compiles a handful of variants, not one per split count (extra iterations find no keys and skip)
+    splits_pow2 = triton.next_power_of_2(splits)
+    programs = min(splits_pow2, PROGRAMS_ONE_ROW if t == 1 else PROGRAMS)
+    return fine, splits, programs, splits_pow2 // programs
+
+
+def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: torch.Tensor, splits: int,
+            fine: dict) -> None:
+    """The splits' partials (acc, ml) of every row and head, reduced in a fixed order -> out [T, Hq, D]."""
+    t, hq, d = out.shape
+    _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
+                             CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
+                             D_PAD=max(16, triton.next_power_of_2(d)), UNROLL=COMBINE_UNROLL, **pdl_args("combine"))
+
+
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
             out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor]) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
     group_pad = triton.next_power_of_2(group)
-    # a split runs at most SPLIT // SPLIT_BLOCK_N steps: a larger fine split would drop keys
-    assert FINE_END % FINE_SPLIT == 0 and FINE_SPLIT % SPLIT_BLOCK_N == 0 and SPLIT % SPLIT_BLOCK_N == 0
-    assert FINE_END == 0 or FINE_SPLIT <= SPLIT
-    splits = num_splits(max_kv_len)
-    fine = dict(SPLIT_N=SPLIT, FINE_N=FINE_SPLIT, FINE_SPLITS=FINE_END // FINE_SPLIT)
+    fine, splits, programs, iters = split_layout(t, max_kv_len)
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
-    # NOTE: loop bounds are compile-time constants, rounded up to powers of two so that a growing context
-    # compiles a handful of variants, not one per split count (extra iterations find no keys and skip)
-    splits_pow2 = triton.next_power_of_2(splits)
-    programs = min(splits_pow2, PROGRAMS_ONE_ROW if t == 1 else PROGRAMS)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
     _split_kernel[(lead.shape[0], hkv, programs)](
@@ -301,8 +317,6 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=splits_pow2 // programs, num_warps=SPLIT_WARPS,
+        ITERS=iters, num_warps=SPLIT_WARPS,
         **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
-    _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
-                             CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), UNROLL=COMBINE_UNROLL, **pdl_args("combine"))
+    combine(acc, ml, row_kv_len, out, splits, fine)
