@@ -19,7 +19,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import gluon_gemv, triton_attention, triton_gemm, triton_markov, triton_rope_attention
+from sparkdec.ops import gluon_gemv, triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -113,10 +113,8 @@ for _s in (4, 5, 10):
     VARIANTS[f"ctx_s{_s}"] = _tiles({FC: (32, 128, _s, 4, 4), KV: (32, 128, _s, 4, 4)},
                                     {FC: (64, 128, 4, 1), KV: (64, 128, 4, 1)})
 VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 4)})
-# session 11: q/k norm + RoPE + K/V store inside the attention split kernel (ops/triton_rope_attention.py), on/off
-VARIANTS["rope_attention"] = {(triton_rope_attention, "ENABLED"): True}
-VARIANTS["rope_attention_off"] = {(triton_rope_attention, "ENABLED"): False}
-VARIANTS["rope_attention_nopre"] = {(triton_rope_attention, "ENABLED"): True, (triton_rope_attention, "PRELOAD"): False}
+# session 11: q/k norm + RoPE + K/V store fused into the split kernel: measured slower, removed
+# (rope_attention_fused_ab_h200_2026-11-30.json; the code is in commit d32f530)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

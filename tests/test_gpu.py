@@ -302,45 +302,6 @@ def test_attention_rows_in_blocks_equal_rows_alone():
         ta.COMBINE_UNROLL = saved
 
 
-def test_rope_attention_matches_unfused_and_decode_rows_equal_verify_rows():
-    """ops/triton_rope_attention.py in bf16: close to qkv_rope_store + the split kernel (outputs and caches), and a
-    row decoded alone, over keys a verify call stored, gets the bits it got as a row of that verify call (keys new
-    in one call are old in the other: the tile holds the same keys either way)."""
-    from sparkdec.engine.context import build_context
-    from sparkdec.ops.attention import paged_attention
-    from sparkdec.ops.rope import RotaryTable
-    from sparkdec.ops.triton_fused import qkv_rope_store
-    from sparkdec.ops.triton_rope_attention import rope_attention
-
-    torch.manual_seed(0)
-    ps, hq, hkv, d = 16, 32, 8, 128
-    rope = RotaryTable(d, 1e6, 4096, "cuda")
-    bf = dict(device="cuda", dtype=torch.bfloat16)
-    qw, kw = 1 + 0.1 * torch.randn(d, **bf), 1 + 0.1 * torch.randn(d, **bf)
-    kc0, vc0 = torch.randn(440 * ps, hkv, d, **bf), torch.randn(440 * ps, hkv, d, **bf)
-    # NOTE: sequences never share the pages they write (the unfused path writes every key before any is read)
-    tables = [list(range(200))] + [list(range(200 + i * 60, 260 + i * 60)) for i in range(4)]
-    spans = [(list(range(3000, 3040)), False), (list(range(500, 508)), True), ([7], False),
-             (list(range(900, 908)), False), (list(range(940, 948)), False)]
-    rows = [(table, pos, blk) for table, (pos, blk) in zip(tables, spans)]
-    ctx = build_context(rows, ps, "cuda")
-    qkv = torch.randn(ctx.num_tokens, (hq + 2 * hkv) * d, **bf)
-    heads = (hq, hkv, qw, kw, 1e-6, rope.cos, rope.sin)
-    kc, vc, kr, vr = kc0.clone(), vc0.clone(), kc0.clone(), vc0.clone()
-    got = rope_attention(qkv, *heads, ctx, kc, vc, d ** -0.5)
-    q = qkv_rope_store(qkv, *heads, ctx.positions, ctx.slot_mapping, kr, vr)
-    assert torch.allclose(kc.float(), kr.float(), atol=0.05, rtol=0.02) and torch.equal(vc, vr)
-    want = paged_attention(q, kr, vr, ctx, d ** -0.5)
-    assert torch.allclose(got.float(), want.float(), atol=0.03, rtol=0.03), (got - want).abs().max()
-    for row in (10, 35, 50, 56, 60, 64):  # rows of the verify calls at 3000, 900 and 940, each decoded alone
-        pos = int(ctx.positions[row])
-        one = build_context([(tables[int(ctx.row_seq[row])], [pos], False)], ps, "cuda")
-        kd, vd = kc.clone(), vc.clone()
-        alone = rope_attention(qkv[row:row + 1], *heads, one, kd, vd, d ** -0.5)
-        assert torch.equal(alone, got[row:row + 1]), (row, pos)
-        assert torch.equal(kd, kc) and torch.equal(vd, vc)
-
-
 def test_prompt_rows_do_not_depend_on_chunking():
     """Prompt rows (prefill kernel, one pass over the keys) get the same bits whether the prompt is prefilled in
     one chunk or in several, and next to generated rows (split kernel) or not."""

@@ -189,40 +189,8 @@ def check_fused_layer():
     close(caches[1][1], caches[0][1])
 
 
-def check_rope_attention():
-    """ops/triton_rope_attention.py (q/k norm + RoPE + K/V store fused into the split kernel) against
-    qkv_rope_store + the split kernel: decode, verify and drafter-block rows over older keys already in the cache,
-    a sequence of 20 rows (two row blocks, two query passes), a prompt chunk beside them, and a head dim whose
-    half is padded; a decode row alone gives the bits it gets among the others."""
-    from sparkdec.ops.attention import paged_attention
-    from sparkdec.ops.triton_rope_attention import rope_attention
-
-    for d in (32, 16):
-        hq, hkv, ps = 8, 2, 16
-        rope = RotaryTable(d, 1e4, 512)
-        qw, kw = torch.randn(d), torch.randn(d)
-        kc0, vc0 = torch.randn(40 * ps, hkv, d), torch.randn(40 * ps, hkv, d)
-        rows = [(list(range(0, 8)), [100], False), (list(range(8, 18)), list(range(130, 138)), False),
-                (list(range(18, 24)), list(range(70, 77)), True), (list(range(24, 30)), list(range(40, 60)), False),
-                (list(range(30, 40)), list(range(0, 23)), False)]
-        for prompt_from in (None, 4):
-            ctx = build_context(rows, ps, "cpu", prompt_from=prompt_from)
-            qkv = torch.randn(ctx.num_tokens, (hq + 2 * hkv) * d)
-            kc, vc, kr, vr = kc0.clone(), vc0.clone(), kc0.clone(), vc0.clone()
-            got = rope_attention(qkv, hq, hkv, qw, kw, 1e-6, rope.cos, rope.sin, ctx, kc, vc, d ** -0.5)
-            q = qkv_rope_store(qkv, hq, hkv, qw, kw, 1e-6, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kr, vr)
-            close(kc, kr)
-            assert torch.equal(vc, vr)
-            close(got, paged_attention(q, kr, vr, ctx, d ** -0.5))
-        alone = build_context(rows[:1], ps, "cpu")
-        kc, vc = kc0.clone(), vc0.clone()
-        one = rope_attention(qkv[:1], hq, hkv, qw, kw, 1e-6, rope.cos, rope.sin, alone, kc, vc, d ** -0.5)
-        assert torch.equal(one, got[:1])
-
-
 if __name__ == "__main__":
     torch.manual_seed(0)
-    check_rope_attention()
     check_gemm()
     check_qkv_rope_store()
     check_fused_layer()

@@ -125,21 +125,17 @@ class Qwen3DecoderLayer(nn.Module):
     def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
         gate_up+SiLU, down+residual), each row batch-invariant. The norm kernel runs first (gemm(norm=...));
-        folding the norms into the Triton and Gluon products was measured slower on the H200."""
-        from sparkdec.ops import triton_rope_attention
+        folding the norms into the Triton and Gluon products, and the q/k norm + RoPE into the attention split kernel,
+        were measured slower on the H200."""
         from sparkdec.ops.triton_fused import qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
 
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
         qkv = gemm(h, attn.qkv_weight, norm=(ln1.weight, ln1.eps))  # RMSNorm, then [T, (Hq + 2 Hkv) * D]
-        heads = (attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight, attn.k_norm.eps,
-                 rope.cos, rope.sin)
-        if triton_rope_attention.ENABLED:  # q/k norm + RoPE + K/V store inside the attention split kernel
-            o = triton_rope_attention.rope_attention(qkv, *heads, ctx, kv[0], kv[1], attn.head_dim ** -0.5)
-        else:
-            q = qkv_rope_store(qkv, *heads, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
-            o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
+        q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
+                           attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
+        o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
         h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
         x = gemm(h, mlp.gate_up_weight, silu=True, norm=(ln2.weight, ln2.eps))  # RMSNorm, then [T, I]
         return gemm(x, mlp.down_proj.weight, residual=h)
