@@ -115,12 +115,8 @@ for _s in (4, 5, 10):
 VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 4)})
 # session 11: q/k norm + RoPE + K/V store fused into the split kernel: measured slower, removed
 # (rope_attention_fused_ab_h200_2026-11-30.json; the code is in commit d32f530)
-# when a Gluon product lets the next kernel launch: 1 after its main loop, 2 after its wait, 3 halfway through its
-# weights (per product: triton_gemm.GLUON_PDL_BY_SHAPE)
-for _name, _shape in (("qkv", QKV), ("o", O), ("gu", GATE_UP), ("down", DOWN)):
-    for _mode in (1, 3):
-        VARIANTS[f"{_name}{_mode}"] = {(triton_gemm, "GLUON_PDL_BY_SHAPE"): {_shape: _mode}}
-VARIANTS["all3"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "gluon": 3}}
+# session 11: Gluon products triggering their dependents after the main loop or halfway: no gain, removed
+# (gluon_pdl_timing_ab_h200_2026-11-30.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

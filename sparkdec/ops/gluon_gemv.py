@@ -118,9 +118,6 @@ if AVAILABLE:
             _request(w_desc, pid_n * BN, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more)
             if XRING:
                 _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
-            if PDL == 3:  # halfway through the weights: the next kernel launches and fills its ring meanwhile
-                if i == NK // 2:
-                    gdc_launch_dependents()
         if PDL == 1:
             gdc_launch_dependents()
         for j in gl.static_range(STAGES):

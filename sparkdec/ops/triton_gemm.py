@@ -40,9 +40,6 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
-# (weight rows, K) -> the PDL mode of that Gluon product where PDL is on (default PDL_KINDS["gluon"]); mode 3: the
-# product lets the next kernel launch halfway through its weights
-GLUON_PDL_BY_SHAPE: dict[tuple[int, int], int] = {}
 
 
 def pdl_mode(kind: str | None = None) -> int:
@@ -252,9 +249,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if gluon_cfg is not None:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
-        mode = pdl_mode("gluon")
         return gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                               GLUON_PDL_BY_SHAPE.get(tuple(weight.shape), mode) if mode else 0)
+                               pdl_mode("gluon"))
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:
