@@ -117,6 +117,8 @@ VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 
 # (rope_attention_fused_ab_h200_2026-11-30.json; the code is in commit d32f530)
 # session 11: Gluon products triggering their dependents after the main loop or halfway: no gain, removed
 # (gluon_pdl_timing_ab_h200_2026-11-30.json)
+# session 11 (staged): gate_up + SiLU -> down + residual in one persistent Gluon launch (ops/gluon_mlp.py)
+VARIANTS["fused_mlp"] = {(triton_gemm, "FUSED_MLP"): True}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

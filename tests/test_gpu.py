@@ -302,6 +302,35 @@ def test_attention_rows_in_blocks_equal_rows_alone():
         ta.COMBINE_UNROLL = saved
 
 
+def test_persistent_mlp_gives_the_two_products_bits():
+    """ops/gluon_mlp.py (staged in session 11): gate_up + SiLU -> down + residual in one persistent launch gives the
+    two products' bits for 1-16 rows, launch after launch (the launch leaves its counters at zero)."""
+    from sparkdec.ops import gluon_mlp
+    from sparkdec.ops import triton_gemm as tg
+    from sparkdec.ops.triton_fused import rms_norm
+
+    if not gluon_mlp.gg.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon path runs on sm_90 with triton 3.6")
+    torch.manual_seed(0)
+    hid, inter = 2560, 9728
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    w_gu, w_dn = torch.randn(2 * inter, hid, **bf) / hid ** 0.5, torch.randn(hid, inter, **bf) / inter ** 0.5
+    h, norm = torch.randn(16, hid, **bf), (1 + 0.1 * torch.randn(hid, **bf), 1e-6)
+    saved = tg.FUSED_MLP
+    try:
+        for m in (1, 5, 8, 9, 16):
+            tg.FUSED_MLP = False
+            want = tg.mlp(h[:m], w_gu, w_dn, norm)
+            tg.FUSED_MLP = True
+            x = rms_norm(h[:m], *norm)
+            assert gluon_mlp.supports(x, w_gu, w_dn, tg.split_k_of(*w_gu.shape), tg.split_k_of(*w_dn.shape))
+            for _ in range(3):
+                assert torch.equal(tg.mlp(h[:m], w_gu, w_dn, norm), want), m
+            assert int(gluon_mlp._state(h.device).abs().sum()) == 0
+    finally:
+        tg.FUSED_MLP = saved
+
+
 def test_prompt_rows_do_not_depend_on_chunking():
     """Prompt rows (prefill kernel, one pass over the keys) get the same bits whether the prompt is prefilled in
     one chunk or in several, and next to generated rows (split kernel) or not."""

@@ -129,6 +129,7 @@ class Qwen3DecoderLayer(nn.Module):
         were measured slower on the H200."""
         from sparkdec.ops.triton_fused import qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
+        from sparkdec.ops.triton_gemm import mlp as mlp_block
 
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
@@ -137,8 +138,7 @@ class Qwen3DecoderLayer(nn.Module):
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
         h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
-        x = gemm(h, mlp.gate_up_weight, silu=True, norm=(ln2.weight, ln2.eps))  # RMSNorm, then [T, I]
-        return gemm(x, mlp.down_proj.weight, residual=h)
+        return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:

@@ -40,6 +40,9 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
+# the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
+# session 11, not yet run on a GPU): off until measured (scripts/ab_decode.py fused_mlp)
+FUSED_MLP = False
 
 
 def pdl_mode(kind: str | None = None) -> int:
@@ -220,6 +223,27 @@ def finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_
                       OUT_N, DT)
 
 
+def split_k_of(n: int, k: int) -> int:
+    """The split-K of an (N, K) product (part of its rows' bits): the table's, unless its K does not divide."""
+    block_k, split_k = pick_config(n, k)[1:3]
+    return 1 if k % (split_k * block_k) else split_k
+
+
+def mlp(h: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    """h + down(silu(gate) * up) of RMSNorm(h): the norm kernel, then the gate_up and down products (with FUSED_MLP,
+    in one persistent launch where ops/gluon_mlp.py supports the shapes: the same bits)."""
+    if FUSED_MLP and GLUON and 0 < h.shape[0]:
+        from sparkdec.ops import gluon_mlp
+        from sparkdec.ops.triton_fused import rms_norm
+
+        split_gu, split_dn = split_k_of(*gate_up.shape), split_k_of(*down.shape)
+        x = rms_norm(h, norm[0], norm[1])
+        if gluon_mlp.supports(x, gate_up, down, split_gu, split_dn):
+            return gluon_mlp.mlp(x, gate_up, down, h, split_dn, pdl_mode("gluon"))
+        return gemm(gemm(x, gate_up, silu=True), down, residual=h)
+    return gemm(gemm(h, gate_up, silu=True, norm=norm), down, residual=h)
+
+
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
          out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
          norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
@@ -232,9 +256,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
-    block_n, block_k, split_k, warps, stages = pick_config(weight.shape[0], k)
-    if k % (split_k * block_k):
-        split_k = 1
+    block_n, block_k, _, warps, stages = pick_config(weight.shape[0], k)
+    split_k = split_k_of(weight.shape[0], k)
     block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
     if out is None:
         out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
