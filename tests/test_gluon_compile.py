@@ -80,7 +80,10 @@ def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728):
     desc = f"tensordesc<bf16[{gm.BN},{gm.BK}],{wl!r}>"
     sig = {"wg_desc": desc, "wd_desc": desc, **{n: "*bf16" for n in ptrs}, "ws_ptr": "*fp32",
            **{n: "*i32" for n in counters}, **{n: "i32" for n in ints}, **{n: "constexpr" for n in consts}}
-    return triton.compile(GluonASTSource(gm._mlp_kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
+    names = gm._mlp_kernel.arg_names
+    # what a launch specializes: pointers 16-byte aligned, row strides multiples of 16 (supports() requires it)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ptrs + ["ws_ptr", "stride_xm", "stride_im"]}
+    return triton.compile(GluonASTSource(gm._mlp_kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4))
 
 

@@ -9,6 +9,10 @@ activations). A gate_up tile stores its 32 outputs and bumps, with release seman
 barrier: each task waits only for what it reads. The arithmetic is the two Gluon products' (ops/gluon_gemv.py):
 the same 64-row tiles, the same K order, the same split-K slices summed in slice order by the tile's last task, so
 every row keeps its bits.
+Assumptions (a broken one hangs the launch, so the first device run has a timeout): the whole grid is resident (the
+grid is the SMs times the CTAs that fit on one, from `smem_bound`; not under MPS or green contexts with fewer SMs),
+one launch at a time on the device (the counters are shared), and every launch completes (it leaves its counters at
+zero, as the split-K counters of ops/triton_gemm.py do).
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import triton
 from sparkdec.ops import gluon_gemv as gg
 
 if gg.AVAILABLE:
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
     from sparkdec.ops.gluon_gemv import (TensorDescriptor, _epilogue, _request, fence_async_shared, gdc_launch_dependents,
                                          gdc_wait, gl, gluon, mbarrier, warpgroup_mma, warpgroup_mma_wait)
 
@@ -64,15 +70,19 @@ if gg.AVAILABLE:
 
     @gluon.jit
     def _load_rows(src_ptr, x_bufs, M, stride, k_begin, NK: gl.constexpr, MP: gl.constexpr, num_warps: gl.constexpr):
-        """src[:, k_begin : k_begin + NK * TILE_K] -> x_bufs [NK, MP, TILE_K] (rows >= M zeros), read through L2 (.cg: other
-        CTAs wrote it during this launch)."""
+        """src[:, k_begin : k_begin + NK * TILE_K] -> x_bufs [NK, MP, TILE_K]: every tile's cp.async issued at once,
+        one wait (one memory round trip), read through L2 (.cg: other CTAs wrote it during this launch). Rows >= M
+        are not read (their MMA columns are never stored)."""
         xl: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
         rows = gl.arange(0, MP, layout=gl.SliceLayout(1, xl))
         cols = gl.arange(0, TILE_K, layout=gl.SliceLayout(0, xl))
         for j in gl.static_range(NK):
             ptrs = src_ptr + rows[:, None] * stride + (k_begin + j * TILE_K + cols)[None, :]
-            x_bufs.index(j).store(gl.load(ptrs, mask=(rows < M)[:, None], other=0.0, cache_modifier=".cg"))
-        fence_async_shared()
+            async_copy.async_copy_global_to_shared(x_bufs.index(j), ptrs, mask=(rows < M)[:, None],
+                                                   cache_modifier=".cg")
+        async_copy.commit_group()
+        async_copy.wait_group(0)
+        fence_async_shared()  # the generic-proxy writes, before wgmma reads them
         gl.thread_barrier()
 
     @gluon.jit
@@ -190,7 +200,9 @@ def supports(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, split_gu
         return False
     if hid % BK or hid % BN or inter % (split_down * BK) or inter // BK > 128 or hid // BN > 128:
         return False
-    if w_down.stride(0) % 8 or w_down.data_ptr() % 16:
+    if w_down.stride(0) % 8 or w_down.data_ptr() % 16 or x.stride(0) % 16 or x.stride(1) != 1:
+        return False  # NOTE: cp.async of 16 bytes needs row strides the launch specializes as multiples of 16
+    if w_gu.stride(1) != 1 or w_down.stride(1) != 1:
         return False
     return inter // split_down // BK <= hid // BK  # a down slice fits in gate_up's x buffers
 
