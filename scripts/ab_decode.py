@@ -19,7 +19,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import gluon_gemv, triton_attention, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -119,6 +119,7 @@ VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 
 # (gluon_pdl_timing_ab_h200_2026-11-30.json)
 # session 11 (staged): gate_up + SiLU -> down + residual in one persistent Gluon launch (ops/gluon_mlp.py)
 VARIANTS["fused_mlp"] = {(triton_gemm, "FUSED_MLP"): True}
+VARIANTS["fused_mlp_s8"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "STAGES"): 8}  # one CTA per SM, deeper ring
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

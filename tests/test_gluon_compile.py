@@ -63,7 +63,7 @@ def test_gluon_product_compiles_for_sm90(variant):
     assert local_bytes(kernel.asm["cubin"]) == 0
 
 
-def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728):
+def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728, stages=None):
     """ops/gluon_mlp.py's persistent gate_up -> down kernel for sm_90 (Qwen3-4B shapes)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
@@ -72,7 +72,7 @@ def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728):
     from sparkdec.ops import gluon_mlp as gm
 
     wl = gl.NVMMASharedLayout.get_default_for([gm.BN, gm.BK], gl.bfloat16)
-    consts = {"HID": hid, "INTER": inter, "SPLIT_K": split, "STAGES": gm.STAGES, "MP": mp, "PDL": pdl,
+    consts = {"HID": hid, "INTER": inter, "SPLIT_K": split, "STAGES": stages or gm.STAGES, "MP": mp, "PDL": pdl,
               "num_warps": 4}
     ptrs = ["x_ptr", "inter_ptr", "out_ptr", "res_ptr"]
     counters = ["tile_cnt_ptr", "chunk_cnt_ptr", "done_ptr"]
@@ -87,19 +87,20 @@ def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728):
                           options=dict(num_warps=4))
 
 
-@pytest.mark.parametrize("mp", [8, 16])
-def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp):
+@pytest.mark.parametrize("mp,stages", [(8, None), (16, None), (8, 8)])
+def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     """The staged persistent MLP (ops/gluon_mlp.py): TMA ring, wgmma, PDL wait, release/acquire counters, no spills;
     and the shared memory the grid size assumes bounds what ptxas allocates (every CTA resident: the down tasks
     spin on counters that gate_up tiles of other CTAs bump)."""
     from sparkdec.ops import gluon_mlp as gm
 
-    kernel = compile_mlp(mp=mp)
+    kernel = compile_mlp(mp=mp, stages=stages)
     ptx = kernel.asm["ptx"]
     for op in ("wgmma.mma_async.sync.aligned.m64n", "cp.async.bulk.tensor", "griddepcontrol.wait",
                "atom.global.gpu.release.add", "atom.global.gpu.acquire.add"):
         assert op in ptx, op
     assert local_bytes(kernel.asm["cubin"]) == 0
-    assert kernel.metadata.shared <= gm.smem_bound(mp, 2560)
-    per_sm = max(1, min(2, gm.SMEM_PER_SM // gm.smem_bound(mp, 2560)))
+    bound = gm.smem_bound(mp, 2560, stages)
+    assert kernel.metadata.shared <= bound
+    per_sm = max(1, min(gm.CTAS_PER_SM, gm.SMEM_PER_SM // bound))
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024

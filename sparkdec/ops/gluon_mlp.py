@@ -29,6 +29,7 @@ if gg.AVAILABLE:
 
 BN, BK = 64, 128  # the weight tile of both products (the shipped Gluon tiles of the 4B gate_up and down)
 STAGES = 4  # weight tiles in flight per CTA
+CTAS_PER_SM = 2  # at most this many CTAs per SM (fewer where shared memory does not fit them)
 SMEM_PER_SM = 220 * 1024  # what the CTAs of one SM may use together (sm_90: 227 KB)
 
 if gg.AVAILABLE:
@@ -211,13 +212,13 @@ def _grid(device: torch.device, mp: int, hid: int) -> int:
     """CTAs that are all resident at once: the SMs times how many CTAs fit on one."""
     if device not in _SMS:
         _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SMS[device] * max(1, min(2, SMEM_PER_SM // smem_bound(mp, hid)))
+    return _SMS[device] * max(1, min(CTAS_PER_SM, SMEM_PER_SM // smem_bound(mp, hid)))
 
 
-def smem_bound(mp: int, hid: int) -> int:
+def smem_bound(mp: int, hid: int, stages: int | None = None) -> int:
     """A bound on one CTA's shared memory: the ring, gate_up's x tiles, the accumulator's layout conversion and the
     barriers (the compile test checks it against what the compiler allocates)."""
-    return STAGES * BN * BK * 2 + (hid // BK) * mp * BK * 2 + BN * mp * 4 + 1024
+    return (stages or STAGES) * BN * BK * 2 + (hid // BK) * mp * BK * 2 + BN * mp * 4 + 1024
 
 
 def _state(device: torch.device) -> torch.Tensor:
