@@ -16,29 +16,14 @@ import sys
 
 import torch
 
-from gluon_gemv_probe import layer_products, run
-from sparkdec.bench.kernels import copy_bandwidth, replay_ms
+from gluon_gemv_probe import layer_products, run, timed
+from sparkdec.bench.kernels import copy_bandwidth
 from sparkdec.bench.shapes import SHAPES
 from sparkdec.ops import gluon_gemv as gg
 from sparkdec.ops import triton_gemm as tg
 from sparkdec.ops.triton_fused import rms_norm
 
 DEV, DT, LAYERS = "cuda", torch.bfloat16, 36
-
-
-def timed(forward) -> float:
-    """ms of one graph replay of forward (checked against an eager call)."""
-    ref = forward()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        got = forward()
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.isfinite(got).all() and torch.equal(got, ref)
-    ms = replay_ms(g)
-    del g
-    return ms
 
 
 def chain4(rows: int, norms: bool) -> float:
