@@ -19,7 +19,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, gluon_mlp, l2_prefetch, triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -120,6 +120,10 @@ VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 
 # session 11 (staged): gate_up + SiLU -> down + residual in one persistent Gluon launch (ops/gluon_mlp.py)
 VARIANTS["fused_mlp"] = {(triton_gemm, "FUSED_MLP"): True}
 VARIANTS["fused_mlp_s8"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "STAGES"): 8}  # one CTA per SM, deeper ring
+# session 12: the split kernel pulls the o projection's weights (20 MiB for the 4B), then gate_up's head, into L2
+for _mb in (20, 32, 44):
+    VARIANTS[f"pf{_mb}"] = {(l2_prefetch, "BUDGET"): _mb << 20}
+VARIANTS["pf20_after"] = {(l2_prefetch, "BUDGET"): 20 << 20, (l2_prefetch, "WHEN"): 2}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

@@ -12,6 +12,8 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
+from sparkdec.ops import l2_prefetch
+from sparkdec.ops.l2_prefetch import prefetch_l2
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
@@ -44,13 +46,18 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
+                  pf_a, n_a, pf_b, n_b, PF: tl.constexpr, PF_CHUNK: tl.constexpr, PF_LANES: tl.constexpr):
     kvh = tl.program_id(1)
+    if PF == 1:  # weights of the products after this kernel into L2 (ops/l2_prefetch.py), while HBM is idle
+        _prefetch_weights(pf_a, n_a, pf_b, n_b, PF_CHUNK, PF_LANES)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
     # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
     pdl_wait(PDL)
+    if PF == 2:
+        _prefetch_weights(pf_a, n_a, pf_b, n_b, PF_CHUNK, PF_LANES)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
         for pas in range(0, PASSES):
@@ -68,6 +75,15 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
     pdl_release(PDL)
+
+
+@triton.jit
+def _prefetch_weights(pf_a, n_a, pf_b, n_b, PF_CHUNK: tl.constexpr, PF_LANES: tl.constexpr):
+    """This program's share of the two prefetch regions (the grid's programs split them)."""
+    part = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
+    parts = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    prefetch_l2(pf_a, n_a, part, parts, PF_CHUNK, PF_LANES)
+    prefetch_l2(pf_b, n_b, part, parts, PF_CHUNK, PF_LANES)
 
 
 @triton.jit
@@ -239,13 +255,15 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            scale: float, row_kv_len_host: list[int] | None = None,
                            blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
                            blocks_host: list[tuple[int, int]] | None = None,
-                           out: torch.Tensor | None = None) -> torch.Tensor:
+                           out: torch.Tensor | None = None,
+                           prefetch: list[tuple[torch.Tensor, int]] = ()) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
     blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
     row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
     ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
-    depend on each other). out: where to write (a fresh tensor if None)."""
+    depend on each other). out: where to write (a fresh tensor if None). prefetch: (weight, elements of its head)
+    regions the split kernel pulls into L2 for the kernels after it (ops/l2_prefetch.py)."""
     t, hq, d = q.shape
     out = torch.empty_like(q) if out is None else out
     if blocks is None:
@@ -254,7 +272,8 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
     per_row = hq * num_splits(max_kv_len) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
-        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks,
+                list(prefetch))
         return out
     for group in _block_ranges(blocks_host, max(BLOCK_ROWS, WORKSPACE_BYTES // per_row)):
         r0, r1 = group[0][0], group[-1][0] + group[-1][1]
@@ -302,7 +321,8 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
-            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor]) -> None:
+            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor],
+            prefetch: list[tuple[torch.Tensor, int]] = ()) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -312,11 +332,13 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
+    pf_a, n_a, pf_b, n_b, pf_chunk = l2_prefetch.kernel_args(list(prefetch), q)
     _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
         ITERS=iters, num_warps=SPLIT_WARPS,
-        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
+        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"), pf_a=pf_a, n_a=n_a,
+        pf_b=pf_b, n_b=n_b, PF=l2_prefetch.WHEN if n_a else 0, PF_CHUNK=pf_chunk, PF_LANES=32 * SPLIT_WARPS)
     combine(acc, ml, row_kv_len, out, splits, fine)
