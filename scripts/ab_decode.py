@@ -124,6 +124,9 @@ VARIANTS["fused_mlp_s8"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "STAGE
 for _mb in (20, 32, 44):
     VARIANTS[f"pf{_mb}"] = {(l2_prefetch, "BUDGET"): _mb << 20}
 VARIANTS["pf20_after"] = {(l2_prefetch, "BUDGET"): 20 << 20, (l2_prefetch, "WHEN"): 2}
+# session 12: the persistent MLP on a grid that balances its task lists (304 gate_up tiles, 160 down tasks for the 4B)
+for _g in (152, 160, 208):
+    VARIANTS[f"fused_mlp_g{_g}"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "GRID"): _g}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

@@ -31,6 +31,7 @@ BN, BK = 64, 128  # the weight tile of both products (the shipped Gluon tiles of
 STAGES = 4  # weight tiles in flight per CTA
 CTAS_PER_SM = 2  # at most this many CTAs per SM (fewer where shared memory does not fit them)
 SMEM_PER_SM = 220 * 1024  # what the CTAs of one SM may use together (sm_90: 227 KB)
+GRID = None  # CTAs (None: all that fit; never more). 160 for the 4B: 2 gate_up tiles and 1 down task at most per CTA
 
 if gg.AVAILABLE:
     TILE_N: gl.constexpr = gl.constexpr(BN)
@@ -212,7 +213,8 @@ def _grid(device: torch.device, mp: int, hid: int) -> int:
     """CTAs that are all resident at once: the SMs times how many CTAs fit on one."""
     if device not in _SMS:
         _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SMS[device] * max(1, min(CTAS_PER_SM, SMEM_PER_SM // smem_bound(mp, hid)))
+    resident = _SMS[device] * max(1, min(CTAS_PER_SM, SMEM_PER_SM // smem_bound(mp, hid)))
+    return resident if GRID is None else min(GRID, resident)
 
 
 def smem_bound(mp: int, hid: int, stages: int | None = None) -> int:
