@@ -19,7 +19,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import gluon_gemv, gluon_mlp, l2_prefetch, triton_attention, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -120,10 +120,12 @@ VARIANTS["ctx_s5_triton"] = _tiles({FC: (32, 128, 5, 4, 4), KV: (32, 128, 5, 4, 
 # session 11 (staged): gate_up + SiLU -> down + residual in one persistent Gluon launch (ops/gluon_mlp.py)
 VARIANTS["fused_mlp"] = {(triton_gemm, "FUSED_MLP"): True}
 VARIANTS["fused_mlp_s8"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "STAGES"): 8}  # one CTA per SM, deeper ring
-# session 12: the split kernel pulls the o projection's weights (20 MiB for the 4B), then gate_up's head, into L2
-for _mb in (20, 32, 44):
-    VARIANTS[f"pf{_mb}"] = {(l2_prefetch, "BUDGET"): _mb << 20}
-VARIANTS["pf20_after"] = {(l2_prefetch, "BUDGET"): 20 << 20, (l2_prefetch, "WHEN"): 2}
+# session 12: the split kernel prefetching o's weights (and gate_up's head) into L2: slower, removed
+# (l2_weight_prefetch_ab_h200_2026-11-30.json)
+# session 12: the split kernel combining a decode row's splits itself (its last program per kv head)
+VARIANTS["combine_in_split"] = {(triton_attention, "COMBINE_IN_SPLIT"): True}
+VARIANTS["combine_in_split_pdl2"] = {(triton_attention, "COMBINE_IN_SPLIT"): True,
+                                     (triton_attention, "SPLIT_COMBINED_PDL"): 2}
 # session 12: the persistent MLP on a grid that balances its task lists (304 gate_up tiles, 160 down tasks for the 4B)
 for _g in (152, 160, 208):
     VARIANTS[f"fused_mlp_g{_g}"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "GRID"): _g}

@@ -136,8 +136,7 @@ class Qwen3DecoderLayer(nn.Module):
         qkv = gemm(h, attn.qkv_weight, norm=(ln1.weight, ln1.eps))  # RMSNorm, then [T, (Hq + 2 Hkv) * D]
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
-        # the split kernel pulls o's weights and gate_up's head into L2 meanwhile (ops/l2_prefetch.BUDGET)
-        o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, (attn.o_proj.weight, mlp.gate_up_weight))
+        o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
         h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
         return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 

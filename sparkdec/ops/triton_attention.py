@@ -12,8 +12,6 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops import l2_prefetch
-from sparkdec.ops.l2_prefetch import prefetch_l2
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
@@ -36,6 +34,10 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
+# a lone decode row's splits combined by the split kernel's last program per kv head instead of a combine kernel
+# (the same per-row arithmetic, so the same bits); SPLIT_COMBINED_PDL: that split kernel's PDL mode
+COMBINE_IN_SPLIT = False
+SPLIT_COMBINED_PDL = 1
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -47,17 +49,14 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
                   BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
-                  pf_a, n_a, pf_b, n_b, PF: tl.constexpr, PF_CHUNK: tl.constexpr, PF_LANES: tl.constexpr):
+                  out_ptr, cnt_ptr, stride_ot, stride_oh, COMBINE: tl.constexpr, CHUNK: tl.constexpr,
+                  CHUNKS: tl.constexpr, UNROLL: tl.constexpr):
     kvh = tl.program_id(1)
-    if PF == 1:  # weights of the products after this kernel into L2 (ops/l2_prefetch.py), while HBM is idle
-        _prefetch_weights(pf_a, n_a, pf_b, n_b, PF_CHUNK, PF_LANES)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
     # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
     pdl_wait(PDL)
-    if PF == 2:
-        _prefetch_weights(pf_a, n_a, pf_b, n_b, PF_CHUNK, PF_LANES)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
         for pas in range(0, PASSES):
@@ -74,16 +73,28 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
+        if COMBINE:  # no combine kernel: the block's last program to finish reduces the splits
+            _combine_if_last(acc_ptr, ml_ptr, len_ptr, out_ptr, cnt_ptr, lead, kvh, num_heads, num_splits,
+                             stride_ot, stride_oh, GROUP, SPLIT_N, FINE_N, FINE_SPLITS, CHUNK, CHUNKS, D, D_PAD,
+                             UNROLL)
     pdl_release(PDL)
 
 
 @triton.jit
-def _prefetch_weights(pf_a, n_a, pf_b, n_b, PF_CHUNK: tl.constexpr, PF_LANES: tl.constexpr):
-    """This program's share of the two prefetch regions (the grid's programs split them)."""
-    part = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
-    parts = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    prefetch_l2(pf_a, n_a, part, parts, PF_CHUNK, PF_LANES)
-    prefetch_l2(pf_b, n_b, part, parts, PF_CHUNK, PF_LANES)
+def _combine_if_last(acc_ptr, ml_ptr, len_ptr, out_ptr, cnt_ptr, row, kvh, num_heads, num_splits, stride_ot,
+                     stride_oh, GROUP: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr,
+                     FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr,
+                     D_PAD: tl.constexpr, UNROLL: tl.constexpr):
+    """A launch of one row: the last of the programs of kv head kvh to arrive combines the row's heads of that
+    group, each exactly as the combine kernel does (the same bits). The arrival counter is left at 0."""
+    tl.debug_barrier()  # every thread's partials stored before the release
+    slot = cnt_ptr + tl.program_id(0) * tl.num_programs(1) + kvh
+    if tl.atomic_add(slot, 1, sem="acq_rel") == tl.num_programs(2) - 1:
+        tl.atomic_xchg(slot, 0)
+        used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
+        for g in range(0, GROUP):
+            _combine_one(acc_ptr, ml_ptr, out_ptr, row, kvh * GROUP + g, used, num_heads, num_splits, stride_ot,
+                         stride_oh, CHUNK, CHUNKS, D, D_PAD, UNROLL)
 
 
 @triton.jit
@@ -193,6 +204,15 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     # staged before the forward: read before the wait
     used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
     pdl_wait(PDL)
+    _combine_one(acc_ptr, ml_ptr, out_ptr, row, h, used, num_heads, num_splits, stride_ot, stride_oh, CHUNK, CHUNKS, D,
+                 D_PAD, UNROLL)
+
+
+@triton.jit
+def _combine_one(acc_ptr, ml_ptr, out_ptr, row, h, used, num_heads, num_splits, stride_ot, stride_oh,
+                 CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+                 UNROLL: tl.constexpr):
+    """Row row, head h: its first used splits' partials reduced in a fixed order -> out[row, h]."""
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
     dm = d < D
@@ -232,7 +252,7 @@ def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr,
 def _chunk_max(ml_ptr, base, used, sp, c, CHUNK: tl.constexpr):
     """The maxima of chunk c's splits (-inf past the used ones)."""
     live = c * CHUNK + sp < used
-    return tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf"))
+    return tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf"), cache_modifier=".cg")
 
 
 @triton.jit
@@ -240,9 +260,11 @@ def _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CH
     """Chunk c's splits added to the running (sum of weights, weighted values)."""
     idx = base + c * CHUNK + sp
     live = c * CHUNK + sp < used
-    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
-    total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
-    parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
+    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf"), cache_modifier=".cg") - m_max),
+                 0.0)
+    total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0, cache_modifier=".cg"), 0)
+    parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0,
+                    cache_modifier=".cg")  # [CHUNK, D_PAD] (.cg: other programs of a split launch wrote them)
     acc += tl.sum(parts * w[:, None], 0)
     return total, acc
 
@@ -255,15 +277,13 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            scale: float, row_kv_len_host: list[int] | None = None,
                            blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
                            blocks_host: list[tuple[int, int]] | None = None,
-                           out: torch.Tensor | None = None,
-                           prefetch: list[tuple[torch.Tensor, int]] = ()) -> torch.Tensor:
+                           out: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
     blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
     row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
     ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
-    depend on each other). out: where to write (a fresh tensor if None). prefetch: (weight, elements of its head)
-    regions the split kernel pulls into L2 for the kernels after it (ops/l2_prefetch.py)."""
+    depend on each other). out: where to write (a fresh tensor if None)."""
     t, hq, d = q.shape
     out = torch.empty_like(q) if out is None else out
     if blocks is None:
@@ -272,8 +292,7 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
     per_row = hq * num_splits(max_kv_len) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
-        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks,
-                list(prefetch))
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
         return out
     for group in _block_ranges(blocks_host, max(BLOCK_ROWS, WORKSPACE_BYTES // per_row)):
         r0, r1 = group[0][0], group[-1][0] + group[-1][1]
@@ -321,8 +340,7 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
-            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor],
-            prefetch: list[tuple[torch.Tensor, int]] = ()) -> None:
+            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor]) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -332,13 +350,31 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
-    pf_a, n_a, pf_b, n_b, pf_chunk = l2_prefetch.kernel_args(list(prefetch), q)
+    fused = COMBINE_IN_SPLIT and t == 1 and lead.shape[0] * hkv <= COUNTER_SLOTS
+    pdl = pdl_args("split")
+    if fused and pdl["PDL"]:
+        pdl["PDL"] = SPLIT_COMBINED_PDL
+    chunks = triton.next_power_of_2(triton.cdiv(splits, CHUNK))
     _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
         ITERS=iters, num_warps=SPLIT_WARPS,
-        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"), pf_a=pf_a, n_a=n_a,
-        pf_b=pf_b, n_b=n_b, PF=l2_prefetch.WHEN if n_a else 0, PF_CHUNK=pf_chunk, PF_LANES=32 * SPLIT_WARPS)
-    combine(acc, ml, row_kv_len, out, splits, fine)
+        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl, out_ptr=out,
+        cnt_ptr=_counters(q.device) if fused else row_kv_len, stride_ot=out.stride(0), stride_oh=out.stride(1),
+        COMBINE=fused, CHUNK=CHUNK, CHUNKS=chunks, UNROLL=COMBINE_UNROLL)
+    if not fused:
+        combine(acc, ml, row_kv_len, out, splits, fine)
+
+
+COUNTER_SLOTS = 4096  # (row block, kv head) arrival counters of the split kernels that combine (each launch leaves 0)
+_COUNTERS: dict[tuple, torch.Tensor] = {}
+
+
+def _counters(device: torch.device) -> torch.Tensor:
+    """The arrival counters of the current stream (launches on one stream never overlap)."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
