@@ -35,9 +35,11 @@ PROGRAMS_ONE_ROW = 64
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 # a lone decode row's splits combined by the split kernel's last program per kv head instead of a combine kernel
-# (the same per-row arithmetic, so the same bits); SPLIT_COMBINED_PDL: that split kernel's PDL mode
-COMBINE_IN_SPLIT = False
-SPLIT_COMBINED_PDL = 1
+# (the same per-row arithmetic, so the same bits); SPLIT_COMBINED_PDL: that split kernel's PDL mode (2: the o product
+# launches during it and fills its weight ring). 4B decode replay 2.815 -> 2.712 ms at 1k, 3.37 -> 3.18 at 8k (mode 1:
+# 2.76 / 3.28; combine_in_split_ab_h200_2026-11-30.json)
+COMBINE_IN_SPLIT = True
+SPLIT_COMBINED_PDL = 2
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -350,7 +352,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
-    fused = COMBINE_IN_SPLIT and t == 1 and lead.shape[0] * hkv <= COUNTER_SLOTS
+    cnt = _counters(q.device) if COMBINE_IN_SPLIT and t == 1 and lead.shape[0] * hkv <= COUNTER_SLOTS else None
+    fused = cnt is not None
     pdl = pdl_args("split")
     if fused and pdl["PDL"]:
         pdl["PDL"] = SPLIT_COMBINED_PDL
@@ -362,19 +365,22 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
         ITERS=iters, num_warps=SPLIT_WARPS,
         **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl, out_ptr=out,
-        cnt_ptr=_counters(q.device) if fused else row_kv_len, stride_ot=out.stride(0), stride_oh=out.stride(1),
+        cnt_ptr=cnt if fused else row_kv_len, stride_ot=out.stride(0), stride_oh=out.stride(1),
         COMBINE=fused, CHUNK=CHUNK, CHUNKS=chunks, UNROLL=COMBINE_UNROLL)
     if not fused:
         combine(acc, ml, row_kv_len, out, splits, fine)
 
 
 COUNTER_SLOTS = 4096  # (row block, kv head) arrival counters of the split kernels that combine (each launch leaves 0)
-_COUNTERS: dict[tuple, torch.Tensor] = {}
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
-def _counters(device: torch.device) -> torch.Tensor:
-    """The arrival counters of the current stream (launches on one stream never overlap)."""
-    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
-    if key not in _COUNTERS:
-        _COUNTERS[key] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=device)
-    return _COUNTERS[key]
+def _counters(device: torch.device) -> torch.Tensor | None:
+    """The device's arrival counters (one combining launch in flight per device, as for the products' split-K
+    counters). None while capturing a graph before any eager call made them: a buffer made inside a capture is zeroed
+    only when that graph replays (graphs.py runs every tier eagerly first)."""
+    if device not in _COUNTERS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        _COUNTERS[device] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return _COUNTERS[device]
