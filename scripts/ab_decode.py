@@ -122,13 +122,9 @@ VARIANTS["fused_mlp"] = {(triton_gemm, "FUSED_MLP"): True}
 VARIANTS["fused_mlp_s8"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "STAGES"): 8}  # one CTA per SM, deeper ring
 # session 12: the split kernel prefetching o's weights (and gate_up's head) into L2: slower, removed
 # (l2_weight_prefetch_ab_h200_2026-11-30.json)
-# session 12: the split kernel combining a decode row's splits itself (its last program per kv head)
-VARIANTS["combine_kernel"] = {(triton_attention, "COMBINE_IN_SPLIT"): False}
-VARIANTS["combine_in_split"] = {(triton_attention, "COMBINE_IN_SPLIT"): True}
-VARIANTS["combine_in_split_pdl2"] = {(triton_attention, "COMBINE_IN_SPLIT"): True,
-                                     (triton_attention, "SPLIT_COMBINED_PDL"): 2}
-VARIANTS["combine_in_split_pdl1"] = {(triton_attention, "COMBINE_IN_SPLIT"): True,
-                                     (triton_attention, "SPLIT_COMBINED_PDL"): 1}
+# session 12: the split kernel combining a lone decode row's splits itself (its last program per kv head, four heads
+# one after another): slower, 2.79 -> 3.28-3.39 ms at 1k, 3.36 -> 4.50 at 8k; removed (code in commit 84d73f3;
+# combine_in_split_ab_h200_2026-11-30.json)
 # session 12: the persistent MLP on a grid that balances its task lists (304 gate_up tiles, 160 down tasks for the 4B)
 for _g in (152, 160, 208):
     VARIANTS[f"fused_mlp_g{_g}"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "GRID"): _g}

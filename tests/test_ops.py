@@ -75,17 +75,6 @@ assert torch.allclose(coarse, ref, atol=1e-5, rtol=1e-5)
 ta.COMBINE_UNROLL = not ta.COMBINE_UNROLL  # the combine's chunk loops unrolled or not: the same operations
 assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
                                           d ** -0.5), coarse)
-# a lone decode row's splits combined by the split kernel's last program per kv head: the combine kernel's arithmetic
-fused_default = ta.COMBINE_IN_SPLIT
-for r in (4, 9, 10):  # 305 keys; 4 keys; 2101 keys (more splits than one combine chunk)
-    one_row = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps, 2200, d ** -0.5)
-    ta.COMBINE_IN_SPLIT = False
-    apart = triton_paged_attention(*one_row)
-    ta.COMBINE_IN_SPLIT = True
-    assert torch.equal(triton_paged_attention(*one_row), apart), r
-    assert torch.allclose(apart, coarse[r:r + 1], atol=1e-5, rtol=1e-5)
-    assert all(int(c.abs().sum()) == 0 for c in ta._COUNTERS.values())  # left at 0 for the next launch
-ta.COMBINE_IN_SPLIT = fused_default
 print("ok")
 """
 

@@ -34,12 +34,6 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
-# a lone decode row's splits combined by the split kernel's last program per kv head instead of a combine kernel
-# (the same per-row arithmetic, so the same bits); SPLIT_COMBINED_PDL: that split kernel's PDL mode (2: the o product
-# launches during it and fills its weight ring). 4B decode replay 2.815 -> 2.712 ms at 1k, 3.37 -> 3.18 at 8k (mode 1:
-# 2.76 / 3.28; combine_in_split_ab_h200_2026-11-30.json)
-COMBINE_IN_SPLIT = True
-SPLIT_COMBINED_PDL = 2
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -50,9 +44,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
-                  out_ptr, cnt_ptr, stride_ot, stride_oh, COMBINE: tl.constexpr, CHUNK: tl.constexpr,
-                  CHUNKS: tl.constexpr, UNROLL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
@@ -75,28 +67,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                 start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
-        if COMBINE:  # no combine kernel: the block's last program to finish reduces the splits
-            _combine_if_last(acc_ptr, ml_ptr, len_ptr, out_ptr, cnt_ptr, lead, kvh, num_heads, num_splits,
-                             stride_ot, stride_oh, GROUP, SPLIT_N, FINE_N, FINE_SPLITS, CHUNK, CHUNKS, D, D_PAD,
-                             UNROLL)
     pdl_release(PDL)
-
-
-@triton.jit
-def _combine_if_last(acc_ptr, ml_ptr, len_ptr, out_ptr, cnt_ptr, row, kvh, num_heads, num_splits, stride_ot,
-                     stride_oh, GROUP: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr,
-                     FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr,
-                     D_PAD: tl.constexpr, UNROLL: tl.constexpr):
-    """A launch of one row: the last of the programs of kv head kvh to arrive combines the row's heads of that
-    group, each exactly as the combine kernel does (the same bits). The arrival counter is left at 0."""
-    tl.debug_barrier()  # every thread's partials stored before the release
-    slot = cnt_ptr + tl.program_id(0) * tl.num_programs(1) + kvh
-    if tl.atomic_add(slot, 1, sem="acq_rel") == tl.num_programs(2) - 1:
-        tl.atomic_xchg(slot, 0)
-        used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
-        for g in range(0, GROUP):
-            _combine_one(acc_ptr, ml_ptr, out_ptr, row, kvh * GROUP + g, used, num_heads, num_splits, stride_ot,
-                         stride_oh, CHUNK, CHUNKS, D, D_PAD, UNROLL)
 
 
 @triton.jit
@@ -206,15 +177,6 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     # staged before the forward: read before the wait
     used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
     pdl_wait(PDL)
-    _combine_one(acc_ptr, ml_ptr, out_ptr, row, h, used, num_heads, num_splits, stride_ot, stride_oh, CHUNK, CHUNKS, D,
-                 D_PAD, UNROLL)
-
-
-@triton.jit
-def _combine_one(acc_ptr, ml_ptr, out_ptr, row, h, used, num_heads, num_splits, stride_ot, stride_oh,
-                 CHUNK: tl.constexpr, CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-                 UNROLL: tl.constexpr):
-    """Row row, head h: its first used splits' partials reduced in a fixed order -> out[row, h]."""
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
     dm = d < D
@@ -254,7 +216,7 @@ def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr,
 def _chunk_max(ml_ptr, base, used, sp, c, CHUNK: tl.constexpr):
     """The maxima of chunk c's splits (-inf past the used ones)."""
     live = c * CHUNK + sp < used
-    return tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf"), cache_modifier=".cg")
+    return tl.load(ml_ptr + (base + c * CHUNK + sp) * 2, mask=live, other=float("-inf"))
 
 
 @triton.jit
@@ -262,11 +224,9 @@ def _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CH
     """Chunk c's splits added to the running (sum of weights, weighted values)."""
     idx = base + c * CHUNK + sp
     live = c * CHUNK + sp < used
-    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf"), cache_modifier=".cg") - m_max),
-                 0.0)
-    total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0, cache_modifier=".cg"), 0)
-    parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0,
-                    cache_modifier=".cg")  # [CHUNK, D_PAD] (.cg: other programs of a split launch wrote them)
+    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
+    total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
+    parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
     acc += tl.sum(parts * w[:, None], 0)
     return total, acc
 
@@ -352,35 +312,11 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
-    cnt = _counters(q.device) if COMBINE_IN_SPLIT and t == 1 and lead.shape[0] * hkv <= COUNTER_SLOTS else None
-    fused = cnt is not None
-    pdl = pdl_args("split")
-    if fused and pdl["PDL"]:
-        pdl["PDL"] = SPLIT_COMBINED_PDL
-    chunks = triton.next_power_of_2(triton.cdiv(splits, CHUNK))
     _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
         ITERS=iters, num_warps=SPLIT_WARPS,
-        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl, out_ptr=out,
-        cnt_ptr=cnt if fused else row_kv_len, stride_ot=out.stride(0), stride_oh=out.stride(1),
-        COMBINE=fused, CHUNK=CHUNK, CHUNKS=chunks, UNROLL=COMBINE_UNROLL)
-    if not fused:
-        combine(acc, ml, row_kv_len, out, splits, fine)
-
-
-COUNTER_SLOTS = 4096  # (row block, kv head) arrival counters of the split kernels that combine (each launch leaves 0)
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _counters(device: torch.device) -> torch.Tensor | None:
-    """The device's arrival counters (one combining launch in flight per device, as for the products' split-K
-    counters). None while capturing a graph before any eager call made them: a buffer made inside a capture is zeroed
-    only when that graph replays (graphs.py runs every tier eagerly first)."""
-    if device not in _COUNTERS:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        _COUNTERS[device] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=device)
-    return _COUNTERS[device]
+        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
+    combine(acc, ml, row_kv_len, out, splits, fine)
