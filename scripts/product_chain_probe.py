@@ -1,4 +1,4 @@
-"""Device probe (written in session 11, not yet run): what the product boundaries of a decode layer cost. The same
+"""Device probe (run in session 12: product_chain_h200_2026-11-30.json): what the product boundaries of a decode layer cost. The same
 weight bytes as 36 Qwen3-4B layers, streamed by CUDA-graph replays of chains of products (Gluon, PDL as shipped):
 - chain4: the layer's four products (qkv, o + residual, gate_up + SiLU, down + residual): 144 products;
 - chain4_norms: the same with the two RMSNorm kernels of the real layer;

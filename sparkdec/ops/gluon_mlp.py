@@ -1,6 +1,6 @@
 """Hopper (sm_90) gate_up + SiLU then down + residual in one persistent Gluon launch, for up to 16 rows (staged).
 
-Step 2 of docs/research/megakernel-gluon.md: written in session 11, not yet run on a GPU, off unless
+Step 2 of docs/research/megakernel-gluon.md: exact on the H200 (GPU test) but slower than the two launches, off unless
 `triton_gemm.FUSED_MLP`. A grid of CTAs that are all resident at once walks static task lists: CTA c takes the
 gate_up tiles c, c + G, ... and then the down tasks G - 1 - c, 2G - 1 - c, ... One TMA weight ring per CTA streams
 the whole list, so a CTA's down weights arrive while it finishes its gate_up tiles (weights never depend on

@@ -41,7 +41,7 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
-# session 11, not yet run on a GPU): off until measured (scripts/ab_decode.py fused_mlp)
+# session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
 FUSED_MLP = False
 
 
