@@ -21,6 +21,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     p.add_argument("--verify-len", type=int, help="verify a fixed number of drafts per round")
     p.add_argument("--min-confidence", type=float, help="verify drafts up to the first confidence below P")
+    p.add_argument("--verify-policy", choices=["full", "batch"], default="full",
+                   help="batch: choose how many drafts each sequence verifies across the batch (Algorithm 1) "
+                        "from a verify-cost profile taken at start-up")
     p.add_argument("--accept", choices=["exact", "rejection"], default="exact",
                    help="sampled acceptance: exact (target's own keyed sample) or rejection sampling")
 
@@ -29,7 +32,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(model=args.model, draft=None if args.no_spec and args.model else args.draft,
                 device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
                 kv_cache_tokens=args.kv_cache_tokens, max_num_seqs=args.max_num_seqs, verify_len=args.verify_len,
-                min_confidence=args.min_confidence, accept_mode=args.accept, speculative=not args.no_spec,
+                min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept, speculative=not args.no_spec,
                 threads=args.threads)
 
 

@@ -17,9 +17,11 @@ from sparkdec.errors import InvalidPromptError, PromptTooLongError, SparkdecErro
 from sparkdec.sampling import SamplingParams, fused_sampler_on
 from sparkdec.spec.round import RoundRunner
 from sparkdec.spec.schedule import VerifyPolicy
+from sparkdec.spec.step_costs import profile_verify_costs
 
 DEFAULT_PAIR = Path(__file__).resolve().parents[2] / "models" / "sparkdec-tiny"
 ACCEPT_MODES = ("exact", "rejection")
+VERIFY_POLICIES = ("full", "batch")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class EngineConfig:
     max_batched_tokens: int = 1024
     verify_len: int | None = None
     min_confidence: float | None = None
+    # "full": every sequence on its own (verify_len / min_confidence, else the full block); "batch": Algorithm 1
+    # (spec §11.4) over the sequences without their own verify_len / min_confidence, from a verify-cost profile
+    # taken at start-up, when two or more speculate in a round
+    verify_policy: str = "full"
     accept_mode: str = "exact"
     speculative: bool = True
     cuda_graphs: bool = True
@@ -69,6 +75,8 @@ class Engine:
         """models: prebuilt (target, target_cfg, drafter, draft_cfg, tokenizer), e.g. random weights for benchmarks."""
         if cfg.accept_mode not in ACCEPT_MODES:
             raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
+        if cfg.verify_policy not in VERIFY_POLICIES:
+            raise SparkdecError(f"verify policy {cfg.verify_policy!r} unknown; use one of {VERIFY_POLICIES}")
         fused_sampler_on()  # an invalid SPARKDEC_FUSED_SAMPLER fails here, at start, not at the first sampled token
         self.config = cfg
         if cfg.threads:
@@ -91,8 +99,14 @@ class Engine:
         decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
         self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode,
                                   ahead=cfg.lookahead)
+        if cfg.verify_policy == "batch" and self.drafter is not None and cfg.speculative:
+            self.rounds.step_costs = profile_verify_costs(self.runner, self.max_verify_rows(cfg))
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         self._ids = itertools.count()
+
+    def max_verify_rows(self, cfg: EngineConfig) -> int:
+        """The most rows a round verifies: every sequence with its anchor and all γ drafts."""
+        return cfg.max_num_seqs * (self.block_size + 1)
 
     def _num_pages(self, cfg: EngineConfig) -> int:
         tokens = cfg.kv_cache_tokens

@@ -14,7 +14,7 @@ from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
 from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
-from sparkdec.spec.schedule import VerifyPolicy
+from sparkdec.spec.schedule import VerifyPolicy, batch_verify_lengths, survivals
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
 from sparkdec.staging import to_device
 
@@ -34,6 +34,9 @@ class RoundRunner:
         self.pending: PendingPropose | None = None
         self.timing = {"propose": 0.0, "verify": 0.0, "accept": 0.0, "host": 0.0, "steps": 0}
         self.simulate = None  # spec.simulate.SimulatedAcceptance: benchmarks only
+        # spec.schedule.StepCosts: the batch policy (Algorithm 1, spec §11.4) chooses ℓ for the sequences that take
+        # the engine's policy when two or more of them speculate; None: each sequence on its own
+        self.step_costs = None
         # benchmarks only: a list that collects (start, proposed, verified) CUDA events per speculative round,
         # the device timeline of the round (the host times above see only when launches return)
         self.device_events: list | None = None
@@ -75,12 +78,32 @@ class RoundRunner:
         return accept_exact(logits, drafts, seq.params, seq.seed, s)
 
     def _verify_lengths(self, spec: list[Sequence], conf_dev) -> list[int]:
-        """ℓ per sequence. Only a confidence threshold needs the confidences on the host before the verify
-        (an extra device->host read); full-block and fixed lengths are known without them."""
+        """ℓ per sequence. Only a confidence threshold or the batch policy needs the confidences on the host before
+        the verify (an extra device->host read); full-block and fixed lengths are known without them."""
         policies = [self.policy_for(s) for s in spec]
         gamma = conf_dev.shape[1] if conf_dev is not None else 0
-        conf = conf_dev.tolist() if any(p.min_confidence for p in policies) else [[1.0] * gamma] * len(spec)
-        return [p.choose(c, s.room()) for p, c, s in zip(policies, conf, spec)]
+        batched = self._batched(spec)
+        need = batched or any(p.min_confidence for p in policies)
+        conf = conf_dev.tolist() if need else [[1.0] * gamma] * len(spec)
+        ells = [p.choose(c, s.room()) for p, c, s in zip(policies, conf, spec)]
+        if batched:
+            mine = [i for i, s in enumerate(spec) if self._takes_engine_policy(s)]
+            fixed = [i for i in range(len(spec)) if i not in set(mine)]
+            surv = [survivals(c) for c in conf]
+            chosen = batch_verify_lengths([surv[i] for i in mine], [max(0, spec[i].room() - 1) for i in mine],
+                                          self.step_costs.rate, sum(1 + ells[i] for i in fixed),
+                                          sum(1 + sum(surv[i][:ells[i]]) for i in fixed))
+            for i, ell in zip(mine, chosen):
+                ells[i] = ell
+        return ells
+
+    def _takes_engine_policy(self, seq: Sequence) -> bool:
+        return seq.params.verify_len is None and seq.params.min_confidence is None
+
+    def _batched(self, spec: list[Sequence]) -> bool:
+        """Does the batch policy choose ℓ this round? (A profile, and two or more sequences under the engine's
+        policy: at batch 1 the full block, spec §11.8.)"""
+        return self.step_costs is not None and sum(map(self._takes_engine_policy, spec)) >= 2
 
     def step(self, batch: Batch, speculating) -> list[Sequence]:
         t0 = time.perf_counter()
@@ -166,7 +189,7 @@ class RoundRunner:
         length waits for the confidences."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
                 and all(s.params.greedy or self._device_draws(s) for s in spec)
-                and not any(self.policy_for(s).min_confidence for s in spec))
+                and not any(self.policy_for(s).min_confidence for s in spec) and not self._batched(spec))
 
     def _propose_ahead(self, spec: list[Sequence], spans, drafts_dev):
         """-> before_read(first) for runner.verify: the device's acceptance of this round, then the next propose."""

@@ -20,3 +20,65 @@ class VerifyPolicy:
                     ell = k
                     break
         return max(0, min(ell, room - 1))
+
+
+def survivals(confidences: list[float]) -> list[float]:
+    """a_j = c_0 ... c_{j-1} for j = 1 .. γ: the chance that drafts d_1 .. d_j are all accepted (spec §8)."""
+    out, a = [], 1.0
+    for c in confidences:
+        a *= float(c)
+        out.append(a)
+    return out
+
+
+def batch_verify_lengths(surv: list[list[float]], caps: list[int], step_rate, base_tokens: int = 0,
+                         base_expected: float = 0.0) -> list[int]:
+    """Algorithm 1 (spec §11.4): ℓ per sequence maximising expected tokens per second, with its early stop.
+    surv[r]: a_{r,1..γ}; caps[r]: at most this many drafts for r; step_rate(B): forwards per second with B tokens;
+    base_tokens / base_expected: rows and expected tokens of sequences whose ℓ is fixed by their own request.
+    Candidates (r, j) are visited by decreasing a_{r,j}, ties to the smaller j (so every ℓ_r stays a prefix); the
+    first one that does not raise the objective stops the search.
+    NOTE: non-anticipating (spec §11.5): admitting (r, j) depends on a_{r,j} and on candidates ranked above it,
+    never on d_j itself, because a sequence's later candidates are never ranked above its earlier ones."""
+    ells = [0] * len(surv)
+    tokens = base_tokens + len(surv)
+    expected = base_expected + len(surv)
+    best = expected * step_rate(tokens)
+    order = sorted(((a[j - 1], j, r) for r, a in enumerate(surv) for j in range(1, min(caps[r], len(a)) + 1)),
+                   key=lambda x: (-x[0], x[1], x[2]))
+    for a, j, r in order:
+        gain = (expected + a) * step_rate(tokens + 1)
+        if gain <= best:
+            break
+        ells[r], tokens, expected, best = j, tokens + 1, expected + a, gain
+    return ells
+
+
+class StepCosts:
+    """Verify forward time by token count, from a start-up profile at a few token counts, forced non-decreasing.
+    Up to the largest graph tier a count costs what the smallest profiled count at or above it does (a graph replays
+    its whole tier: a staircase); past it, eager forwards, the cost is interpolated linearly between profiled
+    counts (and extended from the last two)."""
+
+    def __init__(self, points: dict[int, float], tiers: tuple[int, ...] = ()):
+        if not points:
+            raise ValueError("a step-cost profile needs at least one token count")
+        self.counts = sorted(points)
+        self.top_tier = max(tiers, default=0)
+        self.ms, worst = [], 0.0
+        for n in self.counts:  # a larger forward never counts as cheaper (timing noise)
+            worst = max(worst, float(points[n]))
+            self.ms.append(worst)
+
+    def cost_ms(self, tokens: int) -> float:
+        above = next((i for i, n in enumerate(self.counts) if n >= tokens), None)
+        if above is not None and (tokens <= self.top_tier or self.counts[above] == tokens or above == 0):
+            return self.ms[above]
+        lo = above - 1 if above is not None else len(self.counts) - 2
+        if lo < 0:  # one profiled count only
+            return self.ms[0] * tokens / self.counts[0]
+        n0, n1, c0, c1 = self.counts[lo], self.counts[lo + 1], self.ms[lo], self.ms[lo + 1]
+        return c0 + (c1 - c0) * (tokens - n0) / (n1 - n0)
+
+    def rate(self, tokens: int) -> float:
+        return 1e3 / self.cost_ms(tokens)

@@ -1,0 +1,39 @@
+"""Start-up profile of the verify forward's time by token count, for the batch verify-length policy (spec §11.4)."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from sparkdec.spec.schedule import StepCosts
+
+
+def profile_points(max_tokens: int, tiers: tuple[int, ...] = ()) -> list[int]:
+    """Token counts to time: the graph tiers up to max_tokens, powers of two, and max_tokens itself."""
+    points = {t for t in tiers if t <= max_tokens} | {max_tokens}
+    n = 1
+    while n < max_tokens:
+        points.add(n)
+        n *= 2
+    return sorted(points)
+
+
+@torch.inference_mode()
+def profile_verify_costs(runner, max_tokens: int, reps: int = 3) -> StepCosts:
+    """Time runner.verify on rows of the trash page (padding rows of no sequence: nothing a request owns is
+    written) at a few token counts; the median of reps timed calls after one untimed call (kernel builds)."""
+    tiers = tuple(runner.graphs.tiers) if runner.graphs is not None else ()
+    pages = -(-max_tokens // runner.page_size)
+    table = [runner.trash_page] * pages
+    points = {}
+    for n in profile_points(max_tokens, tiers):
+        piece = (table, [0] * n, list(range(n)))
+        times = []
+        for i in range(reps + 1):
+            t = time.perf_counter()
+            runner.verify([piece], list(range(n)))  # its device->host read waits for the forward
+            if i:
+                times.append((time.perf_counter() - t) * 1e3)
+        points[n] = statistics.median(times)
+    return StepCosts(points, tiers)
