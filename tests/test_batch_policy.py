@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import make_bigram_draft
+from helpers import make_bigram_draft, make_draft
 from sparkdec import LLM, SamplingParams
 from sparkdec.errors import SparkdecError
 from sparkdec.spec.schedule import StepCosts, batch_verify_lengths, survivals
@@ -53,6 +53,20 @@ def test_step_costs_are_non_decreasing_staircase_then_linear():
     assert profile_points(24, (1, 2, 4, 8, 16, 32)) == [1, 2, 4, 8, 16, 24]
     with pytest.raises(ValueError):
         StepCosts({})
+
+
+def test_profile_rows_stay_inside_the_context_window(targets, tmp_path):
+    from sparkdec.spec.step_costs import dummy_pieces
+
+    assert [len(p[1]) for p in dummy_pieces(40, 16, 16, 9)] == [16, 16, 8]
+    assert all(max(p[2]) < 16 and set(p[0]) == {9} for p in dummy_pieces(40, 16, 16, 9))
+    # an engine whose batch holds more verify rows (8 x 5) than its context window (12 + 5) still profiles
+    target = targets["untied_mha"]
+    llm = LLM(model=str(target), draft=str(make_draft(tmp_path / "d", target)), max_model_len=12, max_num_seqs=8,
+              verify_policy="batch")
+    assert llm.engine.rounds.step_costs.counts[-1] == 40
+    out = llm.generate([[1, 2, 3]] * 3, SamplingParams(max_tokens=8, ignore_eos=True))
+    assert all(len(o.token_ids) == 8 for o in out)
 
 
 def test_unknown_verify_policy_is_a_clear_error(targets):

@@ -24,16 +24,22 @@ def profile_verify_costs(runner, max_tokens: int, reps: int = 3) -> StepCosts:
     """Time runner.verify on rows of the trash page (padding rows of no sequence: nothing a request owns is
     written) at a few token counts; the median of reps timed calls after one untimed call (kernel builds)."""
     tiers = tuple(runner.graphs.tiers) if runner.graphs is not None else ()
-    pages = -(-max_tokens // runner.page_size)
-    table = [runner.trash_page] * pages
     points = {}
     for n in profile_points(max_tokens, tiers):
-        piece = (table, [0] * n, list(range(n)))
+        pieces = dummy_pieces(n, runner.max_positions - 1, runner.page_size, runner.trash_page)
         times = []
         for i in range(reps + 1):
             t = time.perf_counter()
-            runner.verify([piece], list(range(n)))  # its device->host read waits for the forward
+            runner.verify(pieces, list(range(n)))  # its device->host read waits for the forward
             if i:
                 times.append((time.perf_counter() - t) * 1e3)
         points[n] = statistics.median(times)
     return StepCosts(points, tiers)
+
+
+def dummy_pieces(n: int, max_len: int, page_size: int, trash_page: int) -> list[tuple]:
+    """n causal rows at positions 0, 1, ... in pieces of at most max_len rows (a piece's positions must stay
+    inside the RoPE table), every position on the trash page."""
+    table = [trash_page] * -(-min(n, max_len) // page_size)
+    sizes = [min(max_len, n - at) for at in range(0, n, max_len)]
+    return [(table, [0] * k, list(range(k))) for k in sizes]
