@@ -99,7 +99,7 @@ def test_batch_policy_profiles_at_start_and_keeps_greedy_and_sampled_parity(batc
     assert sum(o.stats["num_accepted_tokens"] for o in outs) >= 40  # and the drafts still pay
     sampled = [SamplingParams(max_tokens=48, ignore_eos=True, temperature=0.8, seed=s) for s in range(4)]
     assert [o.token_ids for o in spec.generate(PROMPTS, sampled)] == [o.token_ids for o in plain.generate(PROMPTS, sampled)]
-    # requests with their own verify length keep it; the others share what is left
+    # a request's own verify length caps its share
     mixed = [SamplingParams(max_tokens=48, ignore_eos=True, verify_len=1 if i == 0 else None) for i in range(4)]
     outs = spec.generate(PROMPTS, mixed, trace=True)
     assert [o.token_ids for o in outs] == [o.token_ids[:48] for o in ref]

@@ -37,9 +37,9 @@ class EngineConfig:
     max_batched_tokens: int = 1024
     verify_len: int | None = None
     min_confidence: float | None = None
-    # "full": every sequence on its own (verify_len / min_confidence, else the full block); "batch": Algorithm 1
-    # (spec §11.4) over the sequences without their own verify_len / min_confidence, from a verify-cost profile
-    # taken at start-up, when two or more speculate in a round
+    # "full": every sequence on its own (verify_len / min_confidence, else the full block); "batch": when two or more
+    # sequences speculate in a round, Algorithm 1 (spec §11.4) from a verify-cost profile taken at start-up chooses
+    # ℓ across them, each within what its own verify_len / min_confidence allows
     verify_policy: str = "full"
     accept_mode: str = "exact"
     speculative: bool = True

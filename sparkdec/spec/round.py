@@ -86,24 +86,14 @@ class RoundRunner:
         need = batched or any(p.min_confidence for p in policies)
         conf = conf_dev.tolist() if need else [[1.0] * gamma] * len(spec)
         ells = [p.choose(c, s.room()) for p, c, s in zip(policies, conf, spec)]
-        if batched:
-            mine = [i for i, s in enumerate(spec) if self._takes_engine_policy(s)]
-            fixed = [i for i in range(len(spec)) if i not in set(mine)]
-            surv = [survivals(c) for c in conf]
-            chosen = batch_verify_lengths([surv[i] for i in mine], [max(0, spec[i].room() - 1) for i in mine],
-                                          self.step_costs.rate, sum(1 + ells[i] for i in fixed),
-                                          sum(1 + sum(surv[i][:ells[i]]) for i in fixed))
-            for i, ell in zip(mine, chosen):
-                ells[i] = ell
+        if batched:  # within what each sequence's own policy allows (its room, verify_len, min_confidence)
+            ells = batch_verify_lengths([survivals(c) for c in conf], ells, self.step_costs.rate)
         return ells
 
-    def _takes_engine_policy(self, seq: Sequence) -> bool:
-        return seq.params.verify_len is None and seq.params.min_confidence is None
-
     def _batched(self, spec: list[Sequence]) -> bool:
-        """Does the batch policy choose ℓ this round? (A profile, and two or more sequences under the engine's
-        policy: at batch 1 the full block, spec §11.8.)"""
-        return self.step_costs is not None and sum(map(self._takes_engine_policy, spec)) >= 2
+        """Does the batch policy choose ℓ this round? (A profile, and two or more sequences speculate: at batch 1 the
+        full block, spec §11.8.)"""
+        return self.step_costs is not None and len(spec) >= 2
 
     def step(self, batch: Batch, speculating) -> list[Sequence]:
         t0 = time.perf_counter()

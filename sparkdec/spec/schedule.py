@@ -31,18 +31,15 @@ def survivals(confidences: list[float]) -> list[float]:
     return out
 
 
-def batch_verify_lengths(surv: list[list[float]], caps: list[int], step_rate, base_tokens: int = 0,
-                         base_expected: float = 0.0) -> list[int]:
+def batch_verify_lengths(surv: list[list[float]], caps: list[int], step_rate) -> list[int]:
     """Algorithm 1 (spec §11.4): ℓ per sequence maximising expected tokens per second, with its early stop.
-    surv[r]: a_{r,1..γ}; caps[r]: at most this many drafts for r; step_rate(B): forwards per second with B tokens;
-    base_tokens / base_expected: rows and expected tokens of sequences whose ℓ is fixed by their own request.
+    surv[r]: a_{r,1..γ}; caps[r]: at most this many drafts for r; step_rate(B): forwards per second with B tokens.
     Candidates (r, j) are visited by decreasing a_{r,j}, ties to the smaller j (so every ℓ_r stays a prefix); the
     first one that does not raise the objective stops the search.
     NOTE: non-anticipating (spec §11.5): admitting (r, j) depends on a_{r,j} and on candidates ranked above it,
     never on d_j itself, because a sequence's later candidates are never ranked above its earlier ones."""
     ells = [0] * len(surv)
-    tokens = base_tokens + len(surv)
-    expected = base_expected + len(surv)
+    tokens = expected = len(surv)
     best = expected * step_rate(tokens)
     order = sorted(((a[j - 1], j, r) for r, a in enumerate(surv) for j in range(1, min(caps[r], len(a)) + 1)),
                    key=lambda x: (-x[0], x[1], x[2]))
