@@ -11,5 +11,5 @@ grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests.txt | head -12
 timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
   | grep "^qwen3"
 # 3. The batch verify policy (Algorithm 1) on the tiny pair with CUDA graphs: full block against batch at 8 prompts
-#    (CPU: +25% tokens/s, verify_policy_ab_cpu_tiny_2026-11-30.json; on a GPU the graph tiers make the cost a staircase)
+#    (CPU: 11-19% more tokens/s, verify_policy_ab_cpu_tiny_2026-11-30.json; on a GPU the graph tiers make the cost a staircase)
 timeout 120 python scripts/ab_verify_policy.py $OUT/verify_policy_ab.json cuda 2>&1 | tail -3
