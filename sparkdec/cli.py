@@ -32,8 +32,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(model=args.model, draft=None if args.no_spec and args.model else args.draft,
                 device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
                 kv_cache_tokens=args.kv_cache_tokens, max_num_seqs=args.max_num_seqs, verify_len=args.verify_len,
-                min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept, speculative=not args.no_spec,
-                threads=args.threads)
+                min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept,
+                speculative=not args.no_spec, threads=args.threads)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -104,3 +104,11 @@ def test_batch_policy_profiles_at_start_and_keeps_greedy_and_sampled_parity(batc
     outs = spec.generate(PROMPTS, mixed, trace=True)
     assert [o.token_ids for o in outs] == [o.token_ids[:48] for o in ref]
     assert all(r["num_verified"] <= 1 for r in outs[0].rounds)
+
+
+def test_cli_passes_the_verify_policy_to_the_engine():
+    from sparkdec.cli import build_parser, engine_kwargs
+
+    args = build_parser().parse_args(["generate", "hi", "--verify-policy", "batch"])
+    assert engine_kwargs(args)["verify_policy"] == "batch"
+    assert engine_kwargs(build_parser().parse_args(["generate", "hi"]))["verify_policy"] == "full"

@@ -100,13 +100,13 @@ class Engine:
         self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode,
                                   ahead=cfg.lookahead)
         if cfg.verify_policy == "batch" and self.drafter is not None and cfg.speculative:
-            self.rounds.step_costs = profile_verify_costs(self.runner, self.max_verify_rows(cfg))
+            self.rounds.step_costs = profile_verify_costs(self.runner, self.max_verify_rows())
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         self._ids = itertools.count()
 
-    def max_verify_rows(self, cfg: EngineConfig) -> int:
+    def max_verify_rows(self) -> int:
         """The most rows a round verifies: every sequence with its anchor and all γ drafts."""
-        return cfg.max_num_seqs * (self.block_size + 1)
+        return self.config.max_num_seqs * (self.block_size + 1)
 
     def _num_pages(self, cfg: EngineConfig) -> int:
         tokens = cfg.kv_cache_tokens
