@@ -19,7 +19,8 @@ def test_speed_harness_reports_identical_outputs(tmp_path):
 
 def test_propose_floor_counts_what_the_propose_reads():
     """bench kernels' propose floor: the drafter's layers, norm and heads, the LM head once and W2 once per slot;
-    not fc / hidden_norm (the verify graph's context write reads them) and not W1 (rows are gathered)."""
+    not fc / hidden_norm (the verify graph's context write reads them) and not W1 (rows are gathered); the context
+    K/V of the draft layers at the bench's context."""
     from sparkdec.bench.kernels import propose_floor_bytes
     from sparkdec.engine.llm_engine import DEFAULT_PAIR, Engine, EngineConfig
 
@@ -29,3 +30,6 @@ def test_propose_floor_counts_what_the_propose_reads():
     read = size([*d.layers, d.norm, d.confidence_head]) + size([eng.target.lm_head])
     w2 = d.markov_head.markov_w2.weight
     assert propose_floor_bytes(eng) == read + eng.draft_cfg.block_size * w2.numel() * w2.element_size()
+    lc = eng.draft_cfg.layers  # and the draft layers' context K/V at ctx positions
+    kv = 2 * lc.num_hidden_layers * lc.num_key_value_heads * lc.head_dim * 4 * 1000  # float32 on the CPU
+    assert propose_floor_bytes(eng, 1000) == propose_floor_bytes(eng) + kv

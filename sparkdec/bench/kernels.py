@@ -133,9 +133,14 @@ def replay_ms(graph, reps: int = 20) -> float:
     return a.elapsed_time(b) / reps
 
 
-def propose_floor_bytes(engine: Engine) -> int:
+def propose_floor_bytes(engine: Engine, ctx: int = 0) -> int:
+    """Bytes one propose must read: the drafter's weights it uses, the LM head once, W2 once per slot, and the draft
+    layers' context K/V at ctx positions (the block rows attend to all of it)."""
     d = engine.drafter
     dc = engine.draft_cfg
+    lc = dc.layers
+    elem = engine.runner.draft_kv.layers[0][0].element_size()
+    kv = 2 * lc.num_hidden_layers * lc.num_key_value_heads * lc.head_dim * elem * ctx  # K and V
     size = lambda t: t.numel() * t.element_size()
     w1, w2 = d.markov_head.markov_w1.weight, d.markov_head.markov_w2.weight
     # NOTE: fc and hidden_norm project the target's taps into the context K/V inside the verify graph, never in the
@@ -143,7 +148,8 @@ def propose_floor_bytes(engine: Engine) -> int:
     ctx_proj = sum(size(p) for m in (d.fc, d.hidden_norm) for p in m.parameters())
     return (param_bytes(d) - size(w1) - size(w2) - ctx_proj  # layers, norms, heads (W1 rows are gathered)
             + size(engine.target.lm_head.weight)  # base logits of all γ slots in one pass
-            + dc.block_size * size(w2))  # W2 streamed once per slot
+            + dc.block_size * size(w2)  # W2 streamed once per slot
+            + kv)
 
 
 def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
@@ -255,7 +261,7 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     prop = propose_time(spec, sseq)
     prop_dev = propose_replay_ms(spec, sseq)
     spec.abort(sseq.request_id)
-    pfloor = propose_floor_bytes(spec) / bw * 1e3
+    pfloor = propose_floor_bytes(spec, ctx) / bw * 1e3
     # propose_ms: wall clock of one propose call (staging, graph launch, readback of the drafts);
     # propose_device_ms: its graph on the device alone (the host part is in the round anatomy's outside time)
     res.update(verify_ms=vt, verify_fit_a_ms=a, verify_fit_b_ms=b, verify8_over_verify1=vt[8] / vt[1],
