@@ -54,6 +54,23 @@ def test_fused_sampler_speculative_equals_plain_and_kernel_equals_torch_race(tar
     assert got == want
 
 
+def test_a_sequence_that_joins_keeps_the_queued_propose_with_graphs(target, tmp_path):
+    """A sequence joining a greedy decode batch: the others' queued propose rows (views of the propose graph's
+    static outputs) are kept while the newcomer is proposed through the same graph; output == plain."""
+    plain = LLM(model=str(target), device="cuda", dtype="bfloat16")
+    greedy = SamplingParams(max_tokens=96, ignore_eos=True)
+    ref = [plain.generate([p], greedy)[0].token_ids for p in PROMPTS[:2]]
+    draft = make_bigram_draft(tmp_path / "d", target, [p + r for p, r in zip(PROMPTS, ref)])
+    engine = LLM(model=str(target), draft=str(draft), device="cuda", dtype="bfloat16").engine
+    first = engine.add_request(PROMPTS[0], greedy)
+    for _ in range(4):
+        engine.step()
+    second = engine.add_request(PROMPTS[1], greedy)
+    while engine.has_unfinished():
+        engine.step()
+    assert [first.output_ids, second.output_ids] == ref
+
+
 def test_batch_verify_policy_keeps_bf16_parity_with_graphs(target, tmp_path):
     """The batch policy (Algorithm 1) on CUDA graphs: its profile is taken, and with a steep cost table it trims
     (ragged verify lengths across the batch) and the batched output is still the plain output."""

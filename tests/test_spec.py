@@ -61,6 +61,25 @@ def test_verify_policies_keep_parity(pair, policy):
         assert all(r <= 3 for o in outs for r in [o.stats["mean_acceptance_length"]])
 
 
+def test_a_sequence_that_joins_keeps_the_propose_queued_for_the_others(pair, monkeypatch):
+    """Greedy rounds queue the next propose before reading back (spec/chain.py). When a sequence joins the decode
+    batch, the queued rows of the others are kept and only the newcomer is proposed: the same output as plain."""
+    _, spec, ref, _ = pair
+    engine = spec.engine
+    calls = []
+    propose = engine.rounds.propose
+    monkeypatch.setattr(engine.rounds, "propose", lambda seqs: calls.append(len(seqs)) or propose(seqs))
+    greedy = SamplingParams(max_tokens=48, ignore_eos=True)
+    first = engine.add_request(PROMPTS[0], greedy)
+    for _ in range(4):  # the first sequence decodes alone, its next propose queued each round
+        engine.step()
+    second = engine.add_request(PROMPTS[1], greedy)
+    while engine.has_unfinished():
+        engine.step()
+    assert first.output_ids == ref[0].token_ids[:48] and second.output_ids == ref[1].token_ids[:48]
+    assert calls and max(calls) == 1, calls  # never a propose of both: the first one's queued rows were kept
+
+
 def test_eos_and_max_tokens_inside_an_accepted_block(pair):
     plain, spec, ref, _ = pair
     tokens = ref[0].token_ids

@@ -25,6 +25,9 @@ class PendingPropose:
     conf: torch.Tensor  # [B, γ]
     events: list | None = None  # benchmarks: (start, proposed, verified) CUDA events, the first two recorded
 
+    def holds(self, seq: Sequence) -> bool:
+        return any(s is seq for s in self.seqs)
+
     def take(self, spec: list[Sequence]):
         """(drafts, z, conf) rows of these sequences, in their order, or None when one of them was not proposed."""
         where = {id(s): i for i, s in enumerate(self.seqs)}

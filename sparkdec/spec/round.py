@@ -77,6 +77,25 @@ class RoundRunner:
             return accept_rejection(logits, z[row], drafts, seq.params, seq.seed, s)
         return accept_exact(logits, drafts, seq.params, seq.seed, s)
 
+    def _propose_joined(self, spec: list[Sequence], pending: PendingPropose | None):
+        """Drafts, z and confidences for spec when the queued propose lacks some of it (sequences that joined the
+        decode batch since): its rows are kept for the sequences it holds, the others are proposed now."""
+        held = [pending is not None and pending.holds(s) for s in spec]
+        if not any(held):
+            return self.propose(spec)
+        # NOTE: copies: the queued rows may be views of a propose graph's static outputs, which the propose below
+        # replays over (stream order makes the copies first)
+        old = tuple(t.clone() for t in pending.take([s for s, h in zip(spec, held) if h]))
+        new = self.propose([s for s, h in zip(spec, held) if not h])
+        if any(a.shape[1:] != b.shape[1:] or a.dtype != b.dtype for a, b in zip(old, new)):
+            return self.propose(spec)
+        placed = [i for i, h in enumerate(held) if h] + [i for i, h in enumerate(held) if not h]
+        inv = [0] * len(spec)  # spec row i is row inv[i] of old rows then new rows
+        for k, i in enumerate(placed):
+            inv[i] = k
+        sel = to_device(inv, new[0].device)
+        return tuple(torch.cat([a, b]).index_select(0, sel) for a, b in zip(old, new))
+
     def _verify_lengths(self, spec: list[Sequence], conf_dev) -> list[int]:
         """ℓ per sequence. Only a confidence threshold or the batch policy needs the confidences on the host before
         the verify (an extra device->host read); full-block and fixed lengths are known without them."""
@@ -106,7 +125,7 @@ class RoundRunner:
             events = pending.events
         else:
             events = self._events() if spec else None
-            drafts_dev, z, conf_dev = self.propose(spec) if spec else (None, None, None)
+            drafts_dev, z, conf_dev = self._propose_joined(spec, pending) if spec else (None, None, None)
             if events:
                 events[1].record()
         if events and self.device_events is not None:
