@@ -80,15 +80,17 @@ def make_draft(folder: Path, target_dir: Path, seed: int = 0, block_size: int = 
     return folder
 
 
-def make_bigram_draft(folder: Path, target_dir: Path, sequences: list[list[int]], block_size: int = 5) -> Path:
+def make_bigram_draft(folder: Path, target_dir: Path, sequences: list[list[int]], block_size: int = 5,
+                      confidence: bool = False) -> Path:
     """A drafter that knows the target's habits: its Markov head holds the most frequent next token after each
     token in `sequences` (the target's own greedy outputs), and its backbone contributes nothing (norm = 0),
-    so z_k = 30 * onehot(next(prev)). Gives real acceptance on random targets without training."""
+    so z_k = 30 * onehot(next(prev)). Gives real acceptance on random targets without training. confidence: with a
+    (random) confidence head."""
     from collections import Counter, defaultdict
 
     from safetensors.torch import load_file
 
-    make_draft(folder, target_dir, block_size=block_size, markov_rank=0, confidence=False)
+    make_draft(folder, target_dir, block_size=block_size, markov_rank=0, confidence=confidence)
     v = json.loads((target_dir / "config.json").read_text())["vocab_size"]
     follows: dict[int, Counter] = defaultdict(Counter)
     for seq in sequences:

@@ -47,10 +47,13 @@ def test_ties_go_to_the_earlier_draft_so_lengths_stay_prefixes():
 
 
 def test_step_costs_are_non_decreasing_staircase_then_linear():
-    c = StepCosts({1: 1.0, 2: 0.9, 4: 1.1, 8: 1.2, 16: 3.0, 32: 6.0}, tiers=(1, 2, 4, 8))
+    c = StepCosts({1: 1.0, 2: 0.9, 4: 1.1, 8: 1.2, 9: 2.0, 16: 3.0, 32: 6.0}, tiers=(1, 2, 4, 8))
     assert [c.cost_ms(n) for n in (1, 2, 3, 8)] == [1.0, 1.0, 1.1, 1.2]  # forced monotone; tier staircase
-    assert c.cost_ms(12) == pytest.approx(2.1) and c.cost_ms(40) == pytest.approx(7.5)  # eager: interpolated
+    assert c.cost_ms(12) == pytest.approx(2.0 + 3 / 7) and c.cost_ms(40) == pytest.approx(7.5)  # eager: linear
+    # never between a graph time and an eager one: with no eager count below, the next eager count's time
+    assert StepCosts({64: 1.0, 128: 1.1, 256: 4.0}, tiers=(64, 128)).cost_ms(129) == 4.0
     assert profile_points(24, (1, 2, 4, 8, 16, 32)) == [1, 2, 4, 8, 16, 24]
+    assert profile_points(300, (1, 2, 4, 8, 16, 32, 64, 128)) == [1, 2, 4, 8, 16, 32, 64, 128, 129, 256, 300]
     with pytest.raises(ValueError):
         StepCosts({})
 
@@ -69,9 +72,21 @@ def test_profile_rows_stay_inside_the_context_window(targets, tmp_path):
     assert all(len(o.token_ids) == 8 for o in out)
 
 
-def test_unknown_verify_policy_is_a_clear_error(targets):
+def test_unknown_verify_policy_is_a_clear_error(targets, tmp_path):
     with pytest.raises(SparkdecError, match="verify policy 'best' unknown"):
         LLM(model=str(targets["untied_mha"]), verify_policy="best")
+    target = targets["untied_mha"]
+    draft = make_draft(tmp_path / "d", target, confidence=False)
+    with pytest.raises(SparkdecError, match="needs a drafter with a confidence head"):
+        LLM(model=str(target), draft=str(draft), verify_policy="batch")
+
+
+def test_other_rows_of_the_forward_count_in_the_cost():
+    # 2 speculating sequences among 6 plain decode rows: B starts at 8, and a ninth row moves to the 16-row tier
+    costs = StepCosts({8: 1.0, 16: 10.0}, tiers=(8, 16))
+    surv = [[0.9, 0.8], [0.9, 0.8]]
+    assert batch_verify_lengths(surv, [2, 2], costs.rate) == [2, 2]
+    assert batch_verify_lengths(surv, [2, 2], costs.rate, other_rows=6) == [0, 0]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +96,7 @@ def batch_pair(targets, tmp_path_factory):
     greedy = SamplingParams(max_tokens=96, ignore_eos=True)
     ref = plain.generate(PROMPTS, greedy)
     draft = make_bigram_draft(tmp_path_factory.mktemp("bigram") / "d", target,
-                              [p + o.token_ids for p, o in zip(PROMPTS, ref)])
+                              [p + o.token_ids for p, o in zip(PROMPTS, ref)], confidence=True)
     return plain, LLM(model=str(target), draft=str(draft), verify_policy="batch"), ref
 
 

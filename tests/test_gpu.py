@@ -78,7 +78,7 @@ def test_batch_verify_policy_keeps_bf16_parity_with_graphs(target, tmp_path):
 
     plain = LLM(model=str(target), device="cuda", dtype="bfloat16")
     ref = plain.generate(PROMPTS, GREEDY)
-    draft = make_bigram_draft(tmp_path / "d", target, [p + o.token_ids for p, o in zip(PROMPTS, ref)])
+    draft = make_bigram_draft(tmp_path / "d", target, [p + o.token_ids for p, o in zip(PROMPTS, ref)], confidence=True)
     spec = LLM(model=str(target), draft=str(draft), device="cuda", dtype="bfloat16", verify_policy="batch")
     costs = spec.engine.rounds.step_costs
     assert costs is not None and costs.ms == sorted(costs.ms)

@@ -80,6 +80,31 @@ def test_a_sequence_that_joins_keeps_the_propose_queued_for_the_others(pair, mon
     assert calls and max(calls) == 1, calls  # never a propose of both: the first one's queued rows were kept
 
 
+def test_joining_with_a_rejection_sampled_newcomer_matches_a_full_propose(targets, tmp_path, monkeypatch):
+    """The kept rows carry no z (greedy rows never read it); a rejection-sampled newcomer gets its own: the tokens are
+    those of proposing the whole batch again."""
+    from sparkdec.spec.round import RoundRunner
+
+    target = targets["untied_gqa4_odd_vocab"]
+    draft = make_draft(tmp_path / "d", target)
+    prompts, params = PROMPTS[:2], [SamplingParams(max_tokens=40, ignore_eos=True),
+                                    SamplingParams(max_tokens=40, ignore_eos=True, temperature=0.9, seed=3)]
+
+    def run():
+        engine = LLM(model=str(target), draft=str(draft), accept_mode="rejection").engine
+        first = engine.add_request(prompts[0], params[0])
+        for _ in range(4):
+            engine.step()
+        second = engine.add_request(prompts[1], params[1])
+        while engine.has_unfinished():
+            engine.step()
+        return first.output_ids, second.output_ids
+
+    kept = run()
+    monkeypatch.setattr(RoundRunner, "_propose_joined", lambda self, spec, pending: self.propose(spec))
+    assert run() == kept
+
+
 def test_eos_and_max_tokens_inside_an_accepted_block(pair):
     plain, spec, ref, _ = pair
     tokens = ref[0].token_ids

@@ -39,7 +39,7 @@ class EngineConfig:
     min_confidence: float | None = None
     # "full": every sequence on its own (verify_len / min_confidence, else the full block); "batch": when two or more
     # sequences speculate in a round, Algorithm 1 (spec §11.4) from a verify-cost profile taken at start-up chooses
-    # ℓ across them, each within what its own verify_len / min_confidence allows
+    # ℓ across them, each within what its own verify_len / min_confidence allows (needs a drafter with a confidence head)
     verify_policy: str = "full"
     accept_mode: str = "exact"
     speculative: bool = True
@@ -99,7 +99,11 @@ class Engine:
         decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
         self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode,
                                   ahead=cfg.lookahead)
-        if cfg.verify_policy == "batch" and self.drafter is not None and cfg.speculative:
+        if cfg.verify_policy == "batch" and self.drafter is not None:  # (requests may turn speculation on)
+            if not self.draft_cfg.enable_confidence_head:
+                raise SparkdecError("verify policy 'batch' needs a drafter with a confidence head (it ranks drafts "
+                                    "by predicted survival); this drafter has none: use verify_policy 'full' "
+                                    "or a fixed verify_len")
             self.rounds.step_costs = profile_verify_costs(self.runner, self.max_verify_rows())
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         self._ids = itertools.count()

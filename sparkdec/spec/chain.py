@@ -4,8 +4,8 @@ and round k+1's propose is queued from them before the host reads round k back. 
 device with the verify (sampling.draw_tokens) and the host accepts those same drawn tokens. The host's accept, commit and the staging of the
 next verify then overlap that propose instead of leaving the device idle between rounds.
 
-A propose queued for a sequence that round k finished is never used; a next round whose sequences are not all in
-the queued propose drops it and proposes as usual (the same drafter block rows are rewritten).
+A propose queued for a sequence that round k finished is never used; when sequences joined the batch since, the
+next round keeps the queued rows of the others and proposes only the newcomers (spec/round.py _propose_joined).
 """
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ class RoundRunner:
         self.pending: PendingPropose | None = None
         self.timing = {"propose": 0.0, "verify": 0.0, "accept": 0.0, "host": 0.0, "steps": 0}
         self.simulate = None  # spec.simulate.SimulatedAcceptance: benchmarks only
-        # spec.schedule.StepCosts: the batch policy (Algorithm 1, spec §11.4) chooses ℓ for the sequences that take
-        # the engine's policy when two or more of them speculate; None: each sequence on its own
+        # spec.schedule.StepCosts: the batch policy (Algorithm 1, spec §11.4) chooses ℓ across the speculating
+        # sequences when two or more speculate, each within its own policy's ℓ; None: each sequence on its own
         self.step_costs = None
         # benchmarks only: a list that collects (start, proposed, verified) CUDA events per speculative round,
         # the device timeline of the round (the host times above see only when launches return)
@@ -84,21 +84,23 @@ class RoundRunner:
         if not any(held):
             return self.propose(spec)
         # NOTE: copies: the queued rows may be views of a propose graph's static outputs, which the propose below
-        # replays over (stream order makes the copies first)
-        old = tuple(t.clone() for t in pending.take([s for s, h in zip(spec, held) if h]))
+        # replays over (stream order makes the copies first). z only where a row reads it (rejection-sampled
+        # drafts); the queued rows never do (they chain: greedy or device-drawn)
+        with_z = any(self._sampled_drafts(s) for s in spec)
+        drafts, z, conf = pending.take([s for s, h in zip(spec, held) if h])
+        old = (drafts.clone(), z.clone() if with_z else None, conf.clone())
         new = self.propose([s for s, h in zip(spec, held) if not h])
-        if any(a.shape[1:] != b.shape[1:] or a.dtype != b.dtype for a, b in zip(old, new)):
-            return self.propose(spec)
         placed = [i for i, h in enumerate(held) if h] + [i for i, h in enumerate(held) if not h]
         inv = [0] * len(spec)  # spec row i is row inv[i] of old rows then new rows
         for k, i in enumerate(placed):
             inv[i] = k
         sel = to_device(inv, new[0].device)
-        return tuple(torch.cat([a, b]).index_select(0, sel) for a, b in zip(old, new))
+        return tuple(torch.cat([a, b]).index_select(0, sel) if a is not None else None for a, b in zip(old, new))
 
-    def _verify_lengths(self, spec: list[Sequence], conf_dev) -> list[int]:
+    def _verify_lengths(self, spec: list[Sequence], conf_dev, other_rows: int = 0) -> list[int]:
         """ℓ per sequence. Only a confidence threshold or the batch policy needs the confidences on the host before
-        the verify (an extra device->host read); full-block and fixed lengths are known without them."""
+        the verify (an extra device->host read); full-block and fixed lengths are known without them. other_rows:
+        the forward's rows that are not the speculating sequences' (plain decode rows, prompt chunks)."""
         policies = [self.policy_for(s) for s in spec]
         gamma = conf_dev.shape[1] if conf_dev is not None else 0
         batched = self._batched(spec)
@@ -106,7 +108,7 @@ class RoundRunner:
         conf = conf_dev.tolist() if need else [[1.0] * gamma] * len(spec)
         ells = [p.choose(c, s.room()) for p, c, s in zip(policies, conf, spec)]
         if batched:  # within what each sequence's own policy allows (its room, verify_len, min_confidence)
-            ells = batch_verify_lengths([survivals(c) for c in conf], ells, self.step_costs.rate)
+            ells = batch_verify_lengths([survivals(c) for c in conf], ells, self.step_costs.rate, other_rows)
         return ells
 
     def _batched(self, spec: list[Sequence]) -> bool:
@@ -130,7 +132,8 @@ class RoundRunner:
                 events[1].record()
         if events and self.device_events is not None:
             self.device_events.append(events)
-        ells = self._verify_lengths(spec, conf_dev) if spec else []
+        other = len(dec) - len(spec) + sum(b - a for _, a, b in batch.prefill)
+        ells = self._verify_lengths(spec, conf_dev, other) if spec else []
         t1 = time.perf_counter()
         gamma = drafts_dev.shape[1] if spec else 0
         row_of = {id(s): i for i, s in enumerate(spec)}

@@ -31,15 +31,17 @@ def survivals(confidences: list[float]) -> list[float]:
     return out
 
 
-def batch_verify_lengths(surv: list[list[float]], caps: list[int], step_rate) -> list[int]:
+def batch_verify_lengths(surv: list[list[float]], caps: list[int], step_rate, other_rows: int = 0) -> list[int]:
     """Algorithm 1 (spec §11.4): ℓ per sequence maximising expected tokens per second, with its early stop.
-    surv[r]: a_{r,1..γ}; caps[r]: at most this many drafts for r; step_rate(B): forwards per second with B tokens.
+    surv[r]: a_{r,1..γ}; caps[r]: at most this many drafts for r; step_rate(B): forwards per second with B tokens;
+    other_rows: rows of the same forward outside these sequences (they count in B, not in the expected tokens'
+    comparison: both sides of every test carry them).
     Candidates (r, j) are visited by decreasing a_{r,j}, ties to the smaller j (so every ℓ_r stays a prefix); the
     first one that does not raise the objective stops the search.
     NOTE: non-anticipating (spec §11.5): admitting (r, j) depends on a_{r,j} and on candidates ranked above it,
     never on d_j itself, because a sequence's later candidates are never ranked above its earlier ones."""
     ells = [0] * len(surv)
-    tokens = expected = len(surv)
+    tokens, expected = other_rows + len(surv), len(surv)
     best = expected * step_rate(tokens)
     order = sorted(((a[j - 1], j, r) for r, a in enumerate(surv) for j in range(1, min(caps[r], len(a)) + 1)),
                    key=lambda x: (-x[0], x[1], x[2]))
@@ -54,8 +56,8 @@ def batch_verify_lengths(surv: list[list[float]], caps: list[int], step_rate) ->
 class StepCosts:
     """Verify forward time by token count, from a start-up profile at a few token counts, forced non-decreasing.
     Up to the largest graph tier a count costs what the smallest profiled count at or above it does (a graph replays
-    its whole tier: a staircase); past it, eager forwards, the cost is interpolated linearly between profiled
-    counts (and extended from the last two)."""
+    its whole tier: a staircase); past it, eager forwards, the cost is interpolated linearly between the profiled
+    counts past the tiers (and extended from the last two)."""
 
     def __init__(self, points: dict[int, float], tiers: tuple[int, ...] = ()):
         if not points:
@@ -72,8 +74,9 @@ class StepCosts:
         if above is not None and (tokens <= self.top_tier or self.counts[above] == tokens or above == 0):
             return self.ms[above]
         lo = above - 1 if above is not None else len(self.counts) - 2
-        if lo < 0:  # one profiled count only
-            return self.ms[0] * tokens / self.counts[0]
+        if lo < 0 or self.counts[lo] <= self.top_tier < tokens:  # no eager count below: scale the nearest one
+            n, ms = (self.counts[above], self.ms[above]) if above is not None else (self.counts[-1], self.ms[-1])
+            return ms * tokens / n if above is None else ms
         n0, n1, c0, c1 = self.counts[lo], self.counts[lo + 1], self.ms[lo], self.ms[lo + 1]
         return c0 + (c1 - c0) * (tokens - n0) / (n1 - n0)
 

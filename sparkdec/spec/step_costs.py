@@ -10,8 +10,11 @@ from sparkdec.spec.schedule import StepCosts
 
 
 def profile_points(max_tokens: int, tiers: tuple[int, ...] = ()) -> list[int]:
-    """Token counts to time: the graph tiers up to max_tokens, powers of two, and max_tokens itself."""
+    """Token counts to time: the graph tiers up to max_tokens, the first count past them (the first eager one),
+    powers of two, and max_tokens itself."""
     points = {t for t in tiers if t <= max_tokens} | {max_tokens}
+    if tiers and max(tiers) < max_tokens:
+        points.add(max(tiers) + 1)
     n = 1
     while n < max_tokens:
         points.add(n)
