@@ -4,7 +4,7 @@
 # usage (device tool): SPARKDEC_COMMIT=<hash> bash scripts/device_next.sh
 # 1. scripts/device_s10h.sh: the whole GPU suite (now with a 330 s limit) and the 4B kernel bench at 1k and 8k.
 # 2. The batch verify policy (Algorithm 1) on the tiny pair with CUDA graphs: full block against batch at 8 prompts
-#    (CPU: 11-19% more tokens/s, verify_policy_ab_cpu_tiny_2026-11-30.json; on a GPU the graph tiers make the cost a
+#    (CPU: 5-34% more tokens/s, verify_policy_ab_cpu_tiny_2026-11-30.json; on a GPU the graph tiers make the cost a
 #    staircase)
 OUT=${OUT:-/tmp/out}
 bash scripts/device_s10h.sh
