@@ -107,3 +107,14 @@ def make_bigram_draft(folder: Path, target_dir: Path, sequences: list[list[int]]
     (folder / "config.json").write_text(json.dumps(cfg, indent=1))
     save_file(t, str(folder / "model.safetensors"))
     return folder
+
+
+def staggered(engine, first: tuple, second: tuple, steps: int = 4) -> tuple[list[int], list[int]]:
+    """Run (prompt, params) first alone for `steps` engine steps, then let second join: -> both outputs."""
+    a = engine.add_request(*first)
+    for _ in range(steps):
+        engine.step()
+    b = engine.add_request(*second)
+    while engine.has_unfinished():
+        engine.step()
+    return a.output_ids, b.output_ids

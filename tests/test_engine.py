@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import staggered as run_staggered
 from sparkdec import LLM, SamplingParams
 from sparkdec.errors import (CheckpointError, InvalidPromptError, InvalidSamplingParamsError, ModelNotFoundError,
                              PromptTooLongError, UnsupportedArchitectureError)
@@ -129,14 +130,7 @@ def test_prompt_rows_marked_for_the_prefill_kernel(llm, monkeypatch):
     params = SamplingParams(max_tokens=12, ignore_eos=True)
 
     def staggered():  # the second request arrives while the first decodes: a step mixes both kinds of rows
-        eng = llm.engine
-        first = eng.add_request(MIXED[2], params)
-        for _ in range(3):
-            eng.step()
-        second = eng.add_request(MIXED[7], params)
-        while eng.has_unfinished():
-            eng.step()
-        return first.output_ids, second.output_ids
+        return run_staggered(llm.engine, (MIXED[2], params), (MIXED[7], params), steps=3)
 
     ref = staggered()
     seen = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import GEOMETRIES, make_bigram_draft, make_target
+from helpers import GEOMETRIES, make_bigram_draft, make_target, staggered
 from sparkdec import LLM, SamplingParams
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -62,13 +62,7 @@ def test_a_sequence_that_joins_keeps_the_queued_propose_with_graphs(target, tmp_
     ref = [plain.generate([p], greedy)[0].token_ids for p in PROMPTS[:2]]
     draft = make_bigram_draft(tmp_path / "d", target, [p + r for p, r in zip(PROMPTS, ref)])
     engine = LLM(model=str(target), draft=str(draft), device="cuda", dtype="bfloat16").engine
-    first = engine.add_request(PROMPTS[0], greedy)
-    for _ in range(4):
-        engine.step()
-    second = engine.add_request(PROMPTS[1], greedy)
-    while engine.has_unfinished():
-        engine.step()
-    assert [first.output_ids, second.output_ids] == ref
+    assert list(staggered(engine, (PROMPTS[0], greedy), (PROMPTS[1], greedy))) == ref
 
 
 def test_batch_verify_policy_keeps_bf16_parity_with_graphs(target, tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import make_bigram_draft, make_draft
+from helpers import make_bigram_draft, make_draft, staggered
 from sparkdec import LLM, SamplingParams
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.verify import accept_greedy
@@ -70,13 +70,9 @@ def test_a_sequence_that_joins_keeps_the_propose_queued_for_the_others(pair, mon
     propose = engine.rounds.propose
     monkeypatch.setattr(engine.rounds, "propose", lambda seqs: calls.append(len(seqs)) or propose(seqs))
     greedy = SamplingParams(max_tokens=48, ignore_eos=True)
-    first = engine.add_request(PROMPTS[0], greedy)
-    for _ in range(4):  # the first sequence decodes alone, its next propose queued each round
-        engine.step()
-    second = engine.add_request(PROMPTS[1], greedy)
-    while engine.has_unfinished():
-        engine.step()
-    assert first.output_ids == ref[0].token_ids[:48] and second.output_ids == ref[1].token_ids[:48]
+    # the first sequence decodes alone (its next propose queued each round), then the second joins
+    first, second = staggered(engine, (PROMPTS[0], greedy), (PROMPTS[1], greedy))
+    assert first == ref[0].token_ids[:48] and second == ref[1].token_ids[:48]
     assert calls and max(calls) == 1, calls  # never a propose of both: the first one's queued rows were kept
 
 
@@ -92,13 +88,7 @@ def test_joining_with_a_rejection_sampled_newcomer_matches_a_full_propose(target
 
     def run():
         engine = LLM(model=str(target), draft=str(draft), accept_mode="rejection").engine
-        first = engine.add_request(prompts[0], params[0])
-        for _ in range(4):
-            engine.step()
-        second = engine.add_request(prompts[1], params[1])
-        while engine.has_unfinished():
-            engine.step()
-        return first.output_ids, second.output_ids
+        return staggered(engine, (prompts[0], params[0]), (prompts[1], params[1]))
 
     kept = run()
     monkeypatch.setattr(RoundRunner, "_propose_joined", lambda self, spec, pending: self.propose(spec))
