@@ -1,6 +1,7 @@
-"""Verify-length policies (spec §11): full block, fixed length, first-failure confidence threshold."""
+"""Verify-length policies (spec §11): full block, fixed length, first-failure threshold; Algorithm 1 across a batch."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 
@@ -70,15 +71,15 @@ class StepCosts:
             self.ms.append(worst)
 
     def cost_ms(self, tokens: int) -> float:
-        above = next((i for i, n in enumerate(self.counts) if n >= tokens), None)
-        if above is not None and (tokens <= self.top_tier or self.counts[above] == tokens or above == 0):
-            return self.ms[above]
-        lo = above - 1 if above is not None else len(self.counts) - 2
-        if lo < 0 or self.counts[lo] <= self.top_tier < tokens:  # no eager count below: scale the nearest one
-            n, ms = (self.counts[above], self.ms[above]) if above is not None else (self.counts[-1], self.ms[-1])
-            return ms * tokens / n if above is None else ms
-        n0, n1, c0, c1 = self.counts[lo], self.counts[lo + 1], self.ms[lo], self.ms[lo + 1]
-        return c0 + (c1 - c0) * (tokens - n0) / (n1 - n0)
+        c, ms = self.counts, self.ms
+        i = bisect.bisect_left(c, tokens)  # the first profiled count >= tokens
+        # profiled; a graph tier's staircase; or no eager count below it to interpolate from
+        if i < len(c) and (i == 0 or c[i] == tokens or tokens <= self.top_tier or c[i - 1] <= self.top_tier):
+            return ms[i]
+        lo = min(i, len(c) - 1) - 1  # between eager counts lo and lo + 1 (past the profile: extended from them)
+        if lo < 0 or c[lo] <= self.top_tier:  # past the profile with one eager count: in proportion to it
+            return ms[-1] * tokens / c[-1]
+        return ms[lo] + (ms[lo + 1] - ms[lo]) * (tokens - c[lo]) / (c[lo + 1] - c[lo])
 
     def rate(self, tokens: int) -> float:
         return 1e3 / self.cost_ms(tokens)
