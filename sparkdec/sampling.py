@@ -78,11 +78,18 @@ def _mix(seed: int, position: int, stream: int) -> int:
     return x & (2**63 - 1)
 
 
-def _signed(c: int) -> int:
+def signed(c: int) -> int:
+    """A uint64 value as the int64 with the same bits."""
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
-_GOLDEN, _M1, _M2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+_GOLDEN, _M1, _M2 = (signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def key_base(seed: int, stream: int) -> int:
+    """_mix's sum before the position term, (seed * golden + stream * M2) mod 2^64, as an int64: with the position
+    it keys a draw inside a kernel (ops/triton_noise.py)."""
+    return signed((seed * 0x9E3779B97F4A7C15 + stream * 0x94D049BB133111EB) % (1 << 64))
 
 
 def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
@@ -197,7 +204,7 @@ def fused_sampler_on() -> bool:
 def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
     """The sampled tokens at positions first_position .. + R - 1 given the logits [R, V] of the rows before them,
     as a device tensor [R] (ops/triton_sample.py); top-k and top-p masks computed here, row by row for top-p."""
-    from sparkdec.ops.triton_sample import GOLDEN, M2, keyed_race
+    from sparkdec.ops.triton_sample import keyed_race
 
     x = logits.float() / params.temperature
     kth = drop = None
@@ -206,8 +213,7 @@ def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_po
         x = x.masked_fill(x < kth[:, None], float("-inf"))
     if params.top_p < 1.0:
         drop = torch.stack([_top_p_drop(torch.softmax(row, dim=-1), params.top_p) for row in x])
-    key_base = (seed * GOLDEN + STREAM_TARGET * M2) % (1 << 64)  # sampling._mix before the position term
-    return keyed_race(logits, params.temperature, key_base, first_position, kth, drop)
+    return keyed_race(logits, params.temperature, key_base(seed, STREAM_TARGET), first_position, kth, drop)
 
 
 def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:

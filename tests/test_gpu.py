@@ -408,6 +408,10 @@ def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, 
     from sparkdec.spec import round as spec_round
 
     monkeypatch.setattr(spec_round, "DEVICE_DRAWS", device_draws)
+    if device_draws:  # a coupled sequence's drafts are not the argmax the queued propose drafts: it never chains
+        from sparkdec.spec import coupling
+
+        monkeypatch.setattr(coupling, "COUPLED", False)
     params[1] = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, top_p=0.95, seed=7)
     runs = []
     for ahead in (True, False):
@@ -415,3 +419,25 @@ def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, 
         runs.append([(o.token_ids, [{k: r[k] for k in keys} for r in o.rounds]) for o in outs])
     assert runs[0] == runs[1]
     assert sum(x["num_accepted"] for _, rounds in runs[0] for x in rounds) > 50
+
+
+def test_coupled_drafts_in_the_propose_graph_match_the_torch_race(monkeypatch):
+    """Exact-sampled sequences draft the coupled race (spec/coupling.py): the fused chain in the propose graphs
+    drafts what the torch pick drafts, round for round, and the output is plain sampled decoding's (shipped tiny
+    pair, bf16)."""
+    from sparkdec.engine.llm_engine import DEFAULT_PAIR
+    from sparkdec.models.dspark import DSparkDrafter
+
+    keys = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted")
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n"]
+    params = [SamplingParams(max_tokens=100, ignore_eos=True, temperature=0.8 + 0.2 * i, seed=3 + i) for i in range(3)]
+    params[2] = SamplingParams(max_tokens=100, ignore_eos=True)  # a greedy sequence in the same batch
+    plain = LLM(model=str(DEFAULT_PAIR / "target"), device="cuda", dtype="bfloat16").generate(prompts, params)
+    runs = []
+    for fused in (True, False):
+        if not fused:  # the torch pick of spec/round.py, eagerly
+            monkeypatch.setattr(DSparkDrafter, "_fused_markov_ok", lambda self, coupling=None: False)
+        outs = LLM(device="cuda", dtype="bfloat16", cuda_graphs=fused).generate(prompts, params, trace=True)
+        assert [o.token_ids for o in outs] == [o.token_ids for o in plain]
+        runs.append([[{k: r[k] for k in keys} for r in o.rounds] for o in outs])
+    assert runs[0] == runs[1]

@@ -12,7 +12,9 @@ PS, TRASH = 16, 40
 
 
 def fake_runner(gamma: int = 4):
-    return SimpleNamespace(device=torch.device("cpu"), page_size=PS, draft_cfg=SimpleNamespace(block_size=gamma))
+    drafter = SimpleNamespace(_fused_markov_ok=lambda coupling=None: True)  # its graphs carry the coupled race
+    return SimpleNamespace(device=torch.device("cpu"), page_size=PS, draft_cfg=SimpleNamespace(block_size=gamma),
+                           drafter=drafter)
 
 
 def test_target_staging_matches_build_context_and_skips_unchanged_tables():
@@ -59,3 +61,16 @@ def test_propose_staging_rows_and_padding():
     assert g.tables[2:4].eq(TRASH).all()
     g._fill(tables[:1], anchors[:1], starts[:1], 2)  # fewer sequences: row 1 becomes a trash row again
     assert g.tables[1].eq(TRASH).all() and g.tables[0, :4].tolist() == tables[0]
+
+
+def test_propose_staging_of_the_coupled_race():
+    """Coupled rows stage (key base, temperature, anchor position); argmax rows and padding temperature 0; a round
+    with no coupled row clears what the last one staged."""
+    g = ProposeGraphs(fake_runner(4), max_seqs=4, max_positions=40 * PS, trash_page=TRASH)
+    assert g.couples
+    g._stage_race([(-5, 0.7), None], [30, 14], 4)
+    key, temp, apos = g.race
+    assert key[:4].tolist() == [-5, 0, 0, 0] and apos[:4].tolist() == [30, 0, 0, 0]
+    assert temp[:4].tolist() == [0.699999988079071, 0.0, 0.0, 0.0]
+    g._stage_race(None, [30, 14], 4)
+    assert temp.eq(0).all() and not g.race_live

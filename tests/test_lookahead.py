@@ -118,6 +118,10 @@ def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair, 
     from sparkdec.spec import round as spec_round
 
     monkeypatch.setattr(spec_round, "DEVICE_DRAWS", device_draws)
+    if device_draws:  # only argmax drafts chain: a coupled sequence's race is not what the device chain drafts
+        from sparkdec.spec import coupling
+
+        monkeypatch.setattr(coupling, "COUPLED", False)
     ahead, plain = spec_pair
     prompts = ["def parse(line):\n", "import os\nimport sys\n"]
     params = [SamplingParams(max_tokens=50, ignore_eos=True, temperature=0.7, seed=11),

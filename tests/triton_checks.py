@@ -104,6 +104,39 @@ def check_markov_chain(w1, w2, u, anchors, z_ref, drafts_ref):
     triton_markov.CHAIN_PROGRAMS = 264
 
 
+def check_coupled_chain():
+    """The chain's coupled rows (spec/coupling.py) draft argmax z / T - log E with the target's keyed noise, as the
+    propose's torch pick does; the other rows stay the argmax; the same drafts whatever the program count."""
+    from sparkdec.ops import triton_markov
+    from sparkdec.sampling import SamplingParams
+    from sparkdec.spec.coupling import coupled_gumbels, coupled_token, race_rows, race_tensors
+
+    b, v, r, gamma = 3, 300, 32, 4
+    w1, w2, u = torch.randn(v, r), torch.randn(v, r), torch.randn(b, gamma, v) * 2
+    anchors, apos = torch.tensor([1, 7, 299]), [5, 2 ** 31 + 3, 40]
+    seqs = [type("S", (), {"seed": seed, "params": SamplingParams(temperature=t)})()
+            for seed, t in ((11, 0.8), (0, 1.0), ((1 << 62) + 9, 1.3))]
+    coupled = race_rows(seqs, [True, False, True])
+    prev, want = anchors.clone(), torch.empty(b, gamma, dtype=torch.long)
+    gumbels = [coupled_gumbels(s.seed, p, gamma, v, "cpu") for s, p in zip(seqs, apos)]
+    for k in range(gamma):
+        z = u[:, k] + w1[prev] @ w2.T
+        prev = torch.stack([coupled_token(z[i], seqs[i].params, gumbels[i][k]) if coupled[i] else z[i].argmax()
+                            for i in range(b)])
+        want[:, k] = prev
+    plain = torch.empty(b, gamma, dtype=torch.long)
+    triton_markov.markov_chain(anchors, w1, w2, u, torch.empty(b, gamma, v), plain)
+    assert not torch.equal(plain[[0, 2]], want[[0, 2]])  # the race changed the coupled rows' drafts
+    for programs in (1, 3):
+        triton_markov.CHAIN_PROGRAMS = programs
+        drafts = torch.empty(b, gamma, dtype=torch.long)
+        triton_markov.markov_chain(anchors, w1, w2, u, torch.empty(b, gamma, v), drafts,
+                                   coupling=race_tensors(coupled, apos, "cpu"))
+        assert torch.equal(drafts, want), (programs, drafts, want)
+        assert torch.equal(drafts[1], plain[1])
+    triton_markov.CHAIN_PROGRAMS = 264
+
+
 def check_propose_kernels():
     """ops/triton_propose.py: the block's embedded rows and the confidence head against the torch reference."""
     from sparkdec.models.dspark import ConfidenceHead
@@ -126,7 +159,8 @@ def check_propose_kernels():
 def check_keyed_race():
     """ops/triton_sample.py: the race argmax_i x_i / T - log E_i with sampling's keyed noise, per row, for small
     and large integer arguments (Triton passes small ints as int32), with top-k and top-p masks."""
-    from sparkdec.ops.triton_sample import M1, keyed_race
+    from sparkdec.ops.triton_noise import M1
+    from sparkdec.ops.triton_sample import keyed_race
     from sparkdec.sampling import STREAM_TARGET, SamplingParams, _top_p_drop, fused_rows, uniform_noise
 
     def race(x, t, seed, pos, keep=None):  # reference: the same race with torch ops and sampling.uniform_noise
@@ -195,6 +229,7 @@ if __name__ == "__main__":
     check_qkv_rope_store()
     check_fused_layer()
     check_markov_step()
+    check_coupled_chain()
     check_propose_kernels()
     check_keyed_race()
     print("ok")

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
+from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
@@ -193,6 +194,14 @@ class ProposeGraphs:
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
         self.graphs: dict[int, tuple] = {}
+        # coupled drafts (spec/coupling.py) inside the graphs: per row (key base, temperature, anchor position);
+        # temperature 0 is the argmax. Captured with the chain's coupled kernels when coupling.COUPLED is on
+        self.couples = coupling.COUPLED and runner.drafter._fused_markov_ok(coupling=True)
+        self.race = (torch.zeros(b, dtype=torch.long, device=dev), torch.zeros(b, dtype=torch.float32, device=dev),
+                     torch.zeros(b, dtype=torch.long, device=dev))
+        self.race_stage = (pinned(torch.zeros(b, dtype=torch.long)), pinned(torch.zeros(b, dtype=torch.float32)),
+                           pinned(torch.zeros(b, dtype=torch.long)))  # host side of race, copied as _fill's stage
+        self.race_live = False  # some row's temperature is above 0
 
     def _forward(self, b: int):
         n, nb = b * self.gamma, b * self.blocks_per_seq
@@ -200,7 +209,8 @@ class ProposeGraphs:
                              page_size=self.page_size, row_seq=self.row_seq[:n], row_kv_len=self.row_len[:n],
                              max_kv_len=self.max_positions, block_lead=self.block_lead[:nb],
                              block_rows=self.block_rows[:nb])
-        return self.runner.propose_rows(self.anchors[:b], ctx, lambda z, k: z.argmax(-1), greedy=True)
+        race = tuple(t[:b] for t in self.race) if self.couples else None
+        return self.runner.propose_rows(self.anchors[:b], ctx, lambda z, k: z.argmax(-1), greedy=True, coupling=race)
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -211,9 +221,12 @@ class ProposeGraphs:
     def tier_for(self, num_seqs: int) -> int | None:
         return next((b for b in self.tiers if b >= num_seqs), None)
 
-    def run(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int):
-        """-> views of the static (drafts [tier, γ], z [tier, γ, V], confidences [tier, γ]); rows past len(anchors) are padding."""
+    def run(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int,
+            coupled: list | None = None):
+        """-> views of the static (drafts [tier, γ], z [tier, γ, V], confidences [tier, γ]); rows past len(anchors) are padding.
+        coupled: per row, (key base, temperature) of its coupled race or None (spec/coupling.py)."""
         self._fill(tables, anchors, anchor_positions, tier)
+        self._stage_race(coupled, anchor_positions, tier)
         graph, out = self.graphs[tier]
         graph.replay()
         return out
@@ -230,6 +243,7 @@ class ProposeGraphs:
         self.slots[:n * g].copy_((pages * ps + pos % ps).reshape(-1))
         self.row_len[:n * g].copy_((anchor_positions + g)[:, None].expand(n, g).reshape(-1))
         self.anchors[:n].copy_(anchors)
+        self._stage_race(None, [], tier)
         if n < tier:  # padding rows, as _fill writes them
             self.positions[n * g:tier * g].zero_()
             self.slots[n * g:tier * g].fill_(self.trash_slot)
@@ -238,6 +252,23 @@ class ProposeGraphs:
         graph, out = self.graphs[tier]
         graph.replay()
         return out
+
+    def _stage_race(self, coupled: list | None, anchor_positions: list[int], tier: int) -> None:
+        """The coupled rows' race into the static buffers (argmax rows: temperature 0); nothing to write when no
+        row couples now or last time."""
+        if coupled is None:
+            if self.race_live:
+                self.race[1].zero_()
+                self.race_live = False
+            return
+        key, temp, apos = (t.numpy() for t in self.race_stage)
+        key[:tier], temp[:tier], apos[:tier] = 0, 0.0, 0
+        for i, (c, s) in enumerate(zip(coupled, anchor_positions)):
+            if c is not None:
+                key[i], temp[i], apos[i] = c[0], c[1], s
+        for dst, src in zip(self.race, self.race_stage):
+            dst[:tier].copy_(src[:tier], non_blocking=True)
+        self.race_live = True
 
     def _fill(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int) -> None:
         g, n, ps, bg = self.gamma, len(anchors), self.page_size, self.positions.shape[0]

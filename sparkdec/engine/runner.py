@@ -7,6 +7,7 @@ from sparkdec.engine.context import ForwardContext, build_context
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.kv_cache import KVCache
 from sparkdec.sampling import draw_tokens
+from sparkdec.spec.coupling import race_tensors
 from sparkdec.staging import to_device
 
 
@@ -193,11 +194,12 @@ class ModelRunner:
     def logits(self, hidden_rows: torch.Tensor) -> torch.Tensor:
         return self.target.logits(hidden_rows)
 
-    def propose_rows(self, anchors: torch.Tensor, ctx: ForwardContext, pick, greedy: bool = False):
-        """Block [x0, M, ..., M] per sequence (ctx holds its rows) -> drafts [B, γ], z [B, γ, V], conf [B, γ]."""
+    def propose_rows(self, anchors: torch.Tensor, ctx: ForwardContext, pick, greedy: bool = False, coupling=None):
+        """Block [x0, M, ..., M] per sequence (ctx holds its rows) -> drafts [B, γ], z [B, γ, V], conf [B, γ].
+        coupling: the coupled rows' race (DSparkDrafter.markov_chain)."""
         gamma, b = self.draft_cfg.block_size, anchors.shape[0]
         h = self.drafter.block_hidden_rows(self.drafter.embed_block(anchors), ctx, self.draft_kv.layers)  # [B*γ, d]
-        return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick, greedy)
+        return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick, greedy, coupling)
 
     @torch.inference_mode()
     def propose_from_device(self, tables: list[list[int]], anchors: torch.Tensor, anchor_positions: torch.Tensor):
@@ -211,16 +213,21 @@ class ModelRunner:
         return self.propose(tables, anchors.tolist(), anchor_positions.tolist(), lambda z, k: z.argmax(-1), greedy=True)
 
     @torch.inference_mode()
-    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick, greedy: bool = False):
+    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick, greedy: bool = False,
+                coupled: list | None = None):
         """One drafter forward over all sequences: block [x0, M, ..., M] at s..s+γ-1 (spec §3).
         Returns drafts [B, γ] (device), z [B, γ, V] float32, confidences [B, γ] float32.
-        A greedy propose replays a CUDA graph when one fits."""
-        tier = self.propose_graphs.tier_for(len(anchors)) if greedy and self.propose_graphs is not None else None
-        if tier is not None:
-            drafts, z, conf = self.propose_graphs.run(tables, anchors, anchor_positions, tier)
+        greedy: pick is the argmax but for the coupled rows; coupled: per row, (key base, temperature) of its
+        coupled race (spec/coupling.py) or None. A greedy propose replays a CUDA graph when one fits."""
+        graphs = self.propose_graphs
+        tier = graphs.tier_for(len(anchors)) if greedy and graphs is not None else None
+        if tier is not None and (coupled is None or graphs.couples):
+            drafts, z, conf = graphs.run(tables, anchors, anchor_positions, tier, coupled)
             n = len(anchors)
             return drafts[:n], z[:n], conf[:n]
         gamma = self.draft_cfg.block_size
         rows = [(bt, list(range(s, s + gamma)), True) for bt, s in zip(tables, anchor_positions)]
         ctx = build_context(rows, self.page_size, self.device)
-        return self.propose_rows(torch.tensor(anchors, dtype=torch.long, device=self.device), ctx, pick, greedy)
+        coupling = race_tensors(coupled, anchor_positions, self.device) if coupled else None
+        return self.propose_rows(torch.tensor(anchors, dtype=torch.long, device=self.device), ctx, pick, greedy,
+                                 coupling)

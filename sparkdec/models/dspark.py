@@ -118,15 +118,16 @@ class DSparkDrafter(nn.Module):
     def base_logits(self, h: torch.Tensor) -> torch.Tensor:
         return linear(h, self._shared["lm_head"].weight, torch.float32)
 
-    def markov_chain(self, h: torch.Tensor, anchors: torch.Tensor, pick, greedy: bool = False
+    def markov_chain(self, h: torch.Tensor, anchors: torch.Tensor, pick, greedy: bool = False, coupling=None
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sequential stage (spec §9.3). h [B, γ, d], anchors [B]; pick(z_k [B, V], k) -> tokens [B].
-        greedy: pick is the argmax (lets CUDA run the fused Markov step).
+        greedy: pick is the argmax, or for the rows coupling marks (spec/coupling.py; its tensors as
+        triton_markov.markov_chain takes them) the coupled race: lets CUDA run the fused Markov chain.
         Returns drafts [B, γ], corrected logits z [B, γ, V] (float32) and confidences [B, γ]."""
         b, gamma, _ = h.shape
         u = self.base_logits(h.reshape(b * gamma, -1)).view(b, gamma, -1)  # [B, γ, V]
-        if greedy and h.is_cuda and self._fused_markov_ok():
-            return self.greedy_chain_fused(h, u, anchors)
+        if greedy and h.is_cuda and self._fused_markov_ok(coupling):
+            return self.greedy_chain_fused(h, u, anchors, coupling)
         prev, state = anchors, None
         if self.markov_head is not None and self.markov_head.kind == "rnn":
             state = h.new_zeros(b, self.markov_head.rank)
@@ -144,14 +145,16 @@ class DSparkDrafter(nn.Module):
         drafts = torch.stack(drafts, 1)
         return drafts, torch.stack(zs, 1), self._confidences(h, anchors, drafts)
 
-    def _fused_markov_ok(self) -> bool:
-        from sparkdec.ops.triton_markov import supported
+    def _fused_markov_ok(self, coupling=None) -> bool:
+        from sparkdec.ops.triton_markov import CHAIN, supported
 
         mh = self.markov_head
-        return mh is not None and mh.kind == "vanilla" and supported(mh.markov_w1.weight)
+        return (mh is not None and mh.kind == "vanilla" and supported(mh.markov_w1.weight)
+                and (coupling is None or CHAIN))
 
-    def greedy_chain_fused(self, h: torch.Tensor, u: torch.Tensor, anchors: torch.Tensor):
-        """markov_chain with argmax picks for the vanilla head, two kernels per slot (ops/triton_markov.py)."""
+    def greedy_chain_fused(self, h: torch.Tensor, u: torch.Tensor, anchors: torch.Tensor, coupling=None):
+        """markov_chain with argmax (or coupled) picks for the vanilla head, one kernel per slot
+        (ops/triton_markov.py)."""
         from sparkdec.ops import triton_markov
 
         b, gamma, v = u.shape
@@ -160,7 +163,8 @@ class DSparkDrafter(nn.Module):
         z = torch.empty(b, gamma, v, dtype=torch.float32, device=u.device)
         tail = None
         if triton_markov.CHAIN:  # the last draft is reduced by the confidence kernel when there is a head
-            tail = triton_markov.markov_chain(anchors, w1, w2, u, z, drafts, finish=self.confidence_head is None)
+            tail = triton_markov.markov_chain(anchors, w1, w2, u, z, drafts, finish=self.confidence_head is None,
+                                              coupling=coupling)
         else:
             prev = anchors.clone()
             for k in range(gamma):

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
+from sparkdec.ops.triton_noise import race_noise
 
 BLOCK_B = 16  # sequences per program (rows of the dot)
 BLOCK_V = 64  # vocabulary entries per program (drafts only: no effect on what the target emits)
@@ -128,9 +129,11 @@ def _load_w2(w2_ptr, t, rs, V, R: tl.constexpr, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z, BLOCK_V: tl.constexpr,
-                IEEE: tl.constexpr):
-    """z for vocabulary tile t (stored) and the running (max, first index) of each row, tiles taken in order."""
+def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z, race, BLOCK_V: tl.constexpr,
+                IEEE: tl.constexpr, COUPLED: tl.constexpr):
+    """z for vocabulary tile t (stored) and the running (max, first index) of each row, tiles taken in order.
+    COUPLED: rows whose temperature is above 0 take the max of z / T - log E instead (spec/coupling.py; race:
+    (key base, temperature, token position) per row, golden, m1, m2)."""
     cols = t * BLOCK_V + tl.arange(0, BLOCK_V)
     cmask = cols < V
     if IEEE:
@@ -143,10 +146,26 @@ def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u
     z = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=mask, other=0.0) + bias
     tl.store(z_ptr + rows[:, None] * stride_z + cols[None, :], z, mask=mask)
     z = tl.where(cmask[None, :], z, float("-inf"))
+    if COUPLED:
+        z = _coupled_scores(z, rows, cols, cmask, race)
     m, i = tl.max(z, 1, return_indices=True, return_indices_tie_break_left=True)
     idx = t * BLOCK_V + i
     take = (m > best) | ((m == best) & (idx < best_idx))  # ties: the smaller id, whichever tile came first
     return tl.where(take, m, best), tl.where(take, idx, best_idx)
+
+
+@triton.jit
+def _coupled_scores(z, rows, cols, cmask, race):
+    """z [BLOCK_B, BLOCK_V] -> z / T - log E (float32, as spec/coupling.coupled_token computes it) on the rows
+    with a temperature above 0 (race: their noise g for this slot, its row stride, temperatures, whether any row
+    couples); the others unchanged."""
+    g_ptr, stride_g, temp, any_on = race
+    if any_on:
+        on = temp > 0
+        g = tl.load(g_ptr + rows[:, None].to(tl.int64) * stride_g + cols[None, :], mask=on[:, None] & cmask[None, :],
+                    other=0.0)
+        z = tl.where(on[:, None], tl.math.div_rn(z, tl.where(on, temp, 1.0)[:, None]) + g, z)
+    return z
 
 
 @triton.jit
@@ -164,9 +183,11 @@ def _slot_walk(k: int) -> int:
 
 @triton.jit
 def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, w2_ptr, u_ptr, z_ptr, pmax_ptr,
-                  pidx_ptr, B, V, stride_u, stride_z, TILES: tl.constexpr, R: tl.constexpr,
+                  pidx_ptr, B, V, stride_u, stride_z, g_ptr, stride_g, temp_ptr,
+                  TILES: tl.constexpr, R: tl.constexpr,
                   BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr, FIRST: tl.constexpr, CHUNK: tl.constexpr,
-                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, WALK: tl.constexpr, PDL: tl.constexpr):
+                  CHUNKS: tl.constexpr, IEEE: tl.constexpr, WALK: tl.constexpr, COUPLED: tl.constexpr,
+                  PDL: tl.constexpr):
     pid = tl.program_id(0)
     n_parts = tl.num_programs(0)
     rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -176,6 +197,10 @@ def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, 
     # the j-th tile walked (_walk: forward or backward); the first is a weight, read while
     # the previous kernel drains
     w2 = _load_w2(w2_ptr, _walk(t0, 0, TILES, WALK), rs, V, R, BLOCK_V)
+    race = (g_ptr, stride_g, 0.0, False)
+    if COUPLED:  # staged before the forward: read while the previous kernel drains
+        temp = tl.load(temp_ptr + rows, mask=rmask, other=0.0)
+        race = (g_ptr, stride_g, temp, tl.max(temp, 0) > 0)
     pdl_wait(PDL)
     if FIRST:
         prev = tl.load(prev_ptr + rows, mask=rmask, other=0)
@@ -187,24 +212,26 @@ def _chain_kernel(prev_ptr, ppmax_ptr, ppidx_ptr, drafts_ptr, stride_d, w1_ptr, 
     e = tl.load(w1_ptr + prev[:, None].to(tl.int64) * R + rs[None, :], mask=rmask[:, None], other=0.0)  # [BLOCK_B, R]
     best, best_idx = _chain_tile(e, w2, _walk(t0, 0, TILES, WALK), tl.full([BLOCK_B], float("-inf"), tl.float32),
                                  tl.zeros([BLOCK_B], tl.int32), u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
-                                 BLOCK_V, IEEE)
+                                 race, BLOCK_V, IEEE, COUPLED)
     for j in range(1, TILES):
         t = _walk(t0, j, TILES, WALK)
         w2 = _load_w2(w2_ptr, t, rs, V, R, BLOCK_V)
         best, best_idx = _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z,
-                                     BLOCK_V, IEEE)
+                                     race, BLOCK_V, IEEE, COUPLED)
     pdl_release(PDL)
     tl.store(pmax_ptr + rows * n_parts + pid, best, mask=rmask)
     tl.store(pidx_ptr + rows * n_parts + pid, best_idx, mask=rmask)
 
 
 def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch.Tensor, z: torch.Tensor,
-                 drafts: torch.Tensor, finish: bool = True) -> ChainTail | None:
+                 drafts: torch.Tensor, finish: bool = True, coupling=None) -> ChainTail | None:
     """The greedy chain of all γ slots: anchors [B] int64, W1 [V, R], W2 [V, R], u [B, γ, V] float32 ->
     z [B, γ, V] float32 (z_k = u_k + W2·W1[d_{k-1}], d_{-1} = the anchor) and drafts [B, γ] int64 (argmax of z_k).
     γ launches and one final reduce; the same z and drafts as markov_step slot by slot.
     finish=False: the last slot's partials are returned, not reduced: the caller's next kernel reduces them
-    (finish_chain, or the confidence kernel of ops/triton_propose.py) and writes drafts[:, γ-1]."""
+    (finish_chain, or the confidence kernel of ops/triton_propose.py) and writes drafts[:, γ-1].
+    coupling: (key bases [B] int64, temperatures [B] float32, anchor positions [B] int64): the rows with a
+    temperature above 0 draft the race of spec/coupling.py (the target's keyed noise) instead of the argmax."""
     b, gamma, v = u.shape
     r = w1.shape[1]
     n_tiles = triton.cdiv(v, BLOCK_V)
@@ -213,13 +240,15 @@ def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: t
     chunk = min(1024, triton.next_power_of_2(programs))
     parts = [(torch.empty(b, programs, dtype=torch.float32, device=u.device),
               torch.empty(b, programs, dtype=torch.int32, device=u.device)) for _ in range(2)]
+    g = race_noise(coupling, gamma, v) if coupling else None  # [B, γ, V]: the coupled rows' noise per slot
     for k in range(gamma):
         (pmax, pidx), (ppmax, ppidx) = parts[k % 2], parts[(k + 1) % 2]
         _chain_kernel[(programs, triton.cdiv(b, BLOCK_B))](
             anchors, ppmax, ppidx, drafts[:, max(k - 1, 0)], drafts.stride(0), w1, w2, u[:, k], z[:, k], pmax, pidx,
-            b, v, u.stride(0), z.stride(0), TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
+            b, v, u.stride(0), z.stride(0), g[:, k] if coupling else z, g.stride(0) if coupling else 0,
+            coupling[1] if coupling else z, TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
             CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32,
-            WALK=_slot_walk(k), num_warps=STEP_WARPS, num_stages=CHAIN_STAGES, **pdl_args())
+            WALK=_slot_walk(k), COUPLED=coupling is not None, num_warps=STEP_WARPS, num_stages=CHAIN_STAGES, **pdl_args())
     tail = ChainTail(*parts[(gamma - 1) % 2], programs, chunk, v)
     if not finish:
         return tail

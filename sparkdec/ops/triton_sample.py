@@ -15,23 +15,9 @@ import triton.language as tl
 
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 from sparkdec.ops.triton_markov import _argmax_kernel
+from sparkdec.ops.triton_noise import keyed_log_exp, noise_args, signed
 
 BLOCK_V = 1024  # vocabulary entries per program
-GOLDEN, M1, M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-
-
-@triton.jit
-def _u64(x):
-    """An integer argument's bits as uint64 (Triton passes small ints as int32: sign-extend first)."""
-    return x.to(tl.int64).to(tl.uint64, bitcast=True)
-
-
-@triton.jit
-def _splitmix(x, m1, m2):
-    """splitmix64's finaliser on uint64 values (wrapping products, logical shifts)."""
-    x = (x ^ (x >> 30)) * m1
-    x = (x ^ (x >> 27)) * m2
-    return x ^ (x >> 31)
 
 
 @triton.jit(do_not_specialize=["key_base", "first_position"])
@@ -42,12 +28,8 @@ def _race_kernel(x_ptr, stride_x, kth_ptr, drop_ptr, stride_drop, pmax_ptr, pidx
     r = tl.program_id(1)
     cols = pid_v * BLOCK + tl.arange(0, BLOCK)
     cmask = cols < V
-    g, m1u, m2u = _u64(golden), _u64(m1), _u64(m2)
-    # the row's key = sampling._mix(seed, position, stream); then element i's noise as sampling.uniform_noise
-    key = (first_position + r).to(tl.uint64) * m1u + _u64(key_base)
-    key = _splitmix(key, m1u, m2u) & 0x7FFFFFFFFFFFFFFF
-    z = _splitmix((cols + 1).to(tl.uint64) * g + key, m1u, m2u)
-    u = ((z >> 12).to(tl.float64) + 0.5) * 2.220446049250313e-16  # 52 bits + 1/2, times 2^-52: in (0, 1)
+    # the race noise -log E_i of element i of the row's draw, keyed as sampling.sample_rows keys it
+    log_e = keyed_log_exp(key_base, first_position + r, cols, golden, m1, m2)
     pdl_wait(PDL)
     x = tl.math.div_rn(tl.load(x_ptr + r * stride_x + cols, mask=cmask, other=0.0).to(tl.float32), temperature)
     keep = cmask
@@ -55,7 +37,7 @@ def _race_kernel(x_ptr, stride_x, kth_ptr, drop_ptr, stride_drop, pmax_ptr, pidx
         keep = keep & (x >= tl.load(kth_ptr + r))
     if HAS_DROP:
         keep = keep & (tl.load(drop_ptr + r * stride_drop + cols, mask=cmask, other=1) == 0)
-    score = tl.where(keep, x.to(tl.float64) - tl.log(-tl.log(u)), float("-inf"))
+    score = tl.where(keep, x.to(tl.float64) + log_e, float("-inf"))
     best, where = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
     pdl_release(PDL)
     tl.store(pmax_ptr + r * n_tiles + pid_v, best)
@@ -72,12 +54,11 @@ def keyed_race(x: torch.Tensor, temperature: float, key_base: int, first_positio
     pmax = torch.empty(r, n_tiles, dtype=torch.float64, device=x.device)
     pidx = torch.empty(r, n_tiles, dtype=torch.int32, device=x.device)
     out = torch.empty(r, dtype=torch.int64, device=x.device)
-    signed = lambda c: c - (1 << 64) if c >= 1 << 63 else c  # NOTE: one int64 argument type for every value
     drop_u8 = drop.to(torch.uint8) if drop is not None else out
     _race_kernel[(n_tiles, r)](x, x.stride(0), kth if kth is not None else x, drop_u8,
                                drop_u8.stride(0) if drop is not None else 0, pmax, pidx, v, n_tiles,
-                               float(temperature), signed(key_base), first_position, signed(GOLDEN), signed(M1),
-                               signed(M2), HAS_KTH=kth is not None, HAS_DROP=drop is not None, BLOCK=BLOCK_V,
+                               float(temperature), signed(key_base), first_position, *noise_args(),
+                               HAS_KTH=kth is not None, HAS_DROP=drop is not None, BLOCK=BLOCK_V,
                                **pdl_args())
     chunk = 1024
     _argmax_kernel[(r,)](pmax, pidx, out, out, 1, n_tiles, CHUNK=chunk, CHUNKS=triton.cdiv(n_tiles, chunk),

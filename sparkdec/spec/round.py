@@ -12,6 +12,7 @@ from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
+from sparkdec.spec import coupling
 from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy, batch_verify_lengths, survivals
@@ -44,9 +45,14 @@ class RoundRunner:
     def _sampled_drafts(self, seq: Sequence) -> bool:
         return self.accept_mode == "rejection" and not seq.params.greedy
 
+    def _coupled(self, seq: Sequence) -> bool:
+        """Does this sequence's drafter race with the target's noise (exact-sampled: spec/coupling.py)?"""
+        return coupling.COUPLED and self.accept_mode == "exact" and not seq.params.greedy and self.simulate is None
+
     def propose(self, seqs: list[Sequence]):
         """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
         positions = [s.anchor_position for s in seqs]
+        gumbels: dict[int, torch.Tensor] = {}  # row -> [γ, V]: coupled rows' race noise, made at the first slot
 
         def pick(z: torch.Tensor, k: int) -> torch.Tensor:
             tokens = z.argmax(-1)
@@ -54,12 +60,17 @@ class RoundRunner:
                 if self._sampled_drafts(seq):
                     q = torch.softmax(z[i] / seq.params.temperature, dim=-1)
                     tokens[i] = sample_from(q, seq.seed, positions[i] + k + 1, STREAM_DRAFT)
+                elif self._coupled(seq):
+                    if i not in gumbels:
+                        gumbels[i] = coupling.coupled_gumbels(seq.seed, positions[i], self.runner.draft_cfg.block_size,
+                                                              z.shape[-1], z.device)
+                    tokens[i] = coupling.coupled_token(z[i], seq.params, gumbels[i][k])
             return tokens
 
-        greedy = not any(self._sampled_drafts(s) for s in seqs)
-        drafts, z, conf = self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick,
-                                              greedy=greedy)
-        return drafts, z, conf
+        greedy = not any(self._sampled_drafts(s) for s in seqs)  # argmax picks, or coupled races
+        coupled = coupling.race_rows(seqs, [self._coupled(s) for s in seqs])
+        return self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick,
+                                   greedy=greedy, coupled=coupled)
 
     def _device_draws(self, seq: Sequence) -> bool:
         """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
@@ -200,7 +211,7 @@ class RoundRunner:
         greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
         length waits for the confidences."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
-                and all(s.params.greedy or self._device_draws(s) for s in spec)
+                and all(s.params.greedy or (self._device_draws(s) and not self._coupled(s)) for s in spec)
                 and not any(self.policy_for(s).min_confidence for s in spec) and not self._batched(spec))
 
     def _propose_ahead(self, spec: list[Sequence], spans, drafts_dev):
