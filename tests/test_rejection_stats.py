@@ -307,8 +307,8 @@ def q_from_base_logits(llm: LLM) -> None:
     drafter = llm.engine.drafter
     chain = drafter.markov_chain
 
-    def markov_chain(h, anchors, pick, greedy=False):
-        drafts, z, conf = chain(h, anchors, pick, greedy)
+    def markov_chain(h, anchors, pick, greedy=False, coupling=None):
+        drafts, z, conf = chain(h, anchors, pick, greedy, coupling)
         b, g, _ = h.shape
         return drafts, drafter.base_logits(h.reshape(b * g, -1)).view(b, g, -1), conf
 

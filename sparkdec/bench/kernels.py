@@ -180,8 +180,9 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
 
 
 def sampled_rounds(engine: Engine, ctx: int) -> dict:
-    """Speculative rounds of a seeded sampled request (random weights: drafts are rarely accepted, so this is the
-    round's cost with sampled verify rows): ms per round and tokens per round."""
+    """Speculative rounds of a seeded sampled request, the round's cost with sampled verify rows: ms per round and
+    tokens per round. (Random weights: argmax drafts are rarely accepted; coupled drafts sometimes are, because
+    nearly flat distributions that share the race noise pick the same token: no measure of a trained drafter.)"""
     seq = prefill(engine, ctx, 100, seed=4, sampling=SAMPLED)
     steps0, n0 = engine.rounds.timing["steps"], len(seq.output_ids)
     ms = decode_ms(engine, seq, 48)

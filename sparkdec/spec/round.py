@@ -21,11 +21,13 @@ from sparkdec.staging import to_device
 
 
 GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
-# exact-sampled rounds draw all their verify rows on the device with the verify and queue the next propose from them
-# (spec/chain.py). Off: on the H200 a 4B round with top-p took 6.7 ms at one token per round against 4.3 for a
-# greedy round (every row's top-p sorts 152k entries; the per-row draw stops at the first mismatch).
-# kernels_h200_2026-11-30_session6_sampled.json. Tests run it on.
-DEVICE_DRAWS = False
+# exact-sampled rounds draw all their verify rows on the device with the verify (one read per round) instead of one
+# row at a time on acceptance; those with argmax drafts also queue the next propose from them (spec/chain.py).
+# H200 (sampled_rounds_ab_h200_2026-11-30.json, T 0.8 top-p 0.95): tiny pair at 8 prompts 1270 tokens/s one row at
+# a time with argmax drafts -> 7870 drawn with the verify with coupled drafts (3245 with argmax drafts), the same
+# tokens; 4B shape 4.6-6.1 -> 3.9-4.0 ms/token. (Session 6 measured it slower, before coupled drafts and the
+# batched draw: kernels_h200_2026-11-30_session6_sampled.json.) False: one row at a time (the A/B baseline).
+DEVICE_DRAWS = True
 
 
 class RoundRunner:
