@@ -1,7 +1,8 @@
 """A/B of the drafts of exact-sampled speculation on the shipped tiny pair: the drafter's argmax against the coupled
 race (spec/coupling.py), 8 prompts in one batch, per sampling setting; mean acceptance length, tokens/s (median of
 3 timed batches after a warm-up) and whether each gave plain sampled decoding's tokens.
-usage: python scripts/ab_coupling.py OUT.json [device]"""
+usage: python scripts/ab_coupling.py OUT.json [device] [--filters]   (--filters: tight top-k / top-p settings, with the
+race on whatever the filters: how coupling.MIN_TOP_K and MIN_TOP_P were chosen)"""
 from __future__ import annotations
 
 import json
@@ -21,6 +22,8 @@ PROMPTS = ["The history of the city", "Once upon a time", "def fibonacci(n):", "
            "In 1905, Einstein", "Water boils at", "My favourite food is", "The stock market"]
 SETTINGS = [dict(temperature=0.8), dict(temperature=1.0), dict(temperature=0.7, top_p=0.9),
             dict(temperature=1.0, top_p=0.95)]
+FILTER_SETTINGS = [dict(temperature=0.8, top_k=1), dict(temperature=0.8, top_k=3), dict(temperature=0.8, top_k=20),
+                   dict(temperature=0.8, top_p=0.5), dict(temperature=1.0, top_k=50)]
 
 
 def timed(llm, params) -> tuple[list, list[float]]:
@@ -33,14 +36,17 @@ def timed(llm, params) -> tuple[list, list[float]]:
 
 
 def main() -> None:
-    out = sys.argv[1]
-    device = sys.argv[2] if len(sys.argv) > 2 else None
+    args = [a for a in sys.argv[1:] if a != "--filters"]
+    out, device = args[0], args[1] if len(args) > 1 else None
+    settings = FILTER_SETTINGS if "--filters" in sys.argv else SETTINGS
+    if settings is FILTER_SETTINGS:
+        coupling.MIN_TOP_K, coupling.MIN_TOP_P = 0, 0.0
     threads = 2 if device in (None, "cpu") else None
     plain = LLM(model=str(DEFAULT_PAIR / "target"), max_num_seqs=8, device=device, threads=threads)
     spec = LLM(max_num_seqs=8, device=device, threads=threads)
     spec.generate(PROMPTS[:2], SamplingParams(max_tokens=8, temperature=0.8, seed=1))
     runs = {}
-    for kw in SETTINGS:
+    for kw in settings:
         params = [SamplingParams(max_tokens=64, ignore_eos=True, seed=11 + i, **kw) for i in range(len(PROMPTS))]
         ref = [o.token_ids for o in plain.generate(PROMPTS, params)]
         name = ",".join(f"{k}={v}" for k, v in kw.items())

@@ -220,5 +220,10 @@ def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """probs [V] -> bool [V]: the tokens outside the smallest set, in descending probability (ties to the
     smaller id), whose mass reaches top_p."""
     sorted_p, idx = torch.sort(probs, descending=True, stable=True)
-    drop = (torch.cumsum(sorted_p, dim=-1) - sorted_p) >= top_p
+    # NOTE: one row at a time: CUDA scans a lone row (CUB) and a batch of rows (another kernel) with different bits
+    # (200 of 200 rows differed on the H200, and the kept set of 2), so a row's kept set would follow how many rows
+    # share the call. Sort and softmax give every row the same bits either way.
+    rows = sorted_p.reshape(-1, sorted_p.shape[-1])
+    mass = torch.stack([torch.cumsum(r, dim=-1) for r in rows]).view_as(sorted_p)
+    drop = (mass - sorted_p) >= top_p
     return torch.zeros_like(drop).scatter_(-1, idx, drop)

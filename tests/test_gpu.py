@@ -441,3 +441,15 @@ def test_coupled_drafts_in_the_propose_graph_match_the_torch_race(monkeypatch):
         assert [o.token_ids for o in outs] == [o.token_ids for o in plain]
         runs.append([[{k: r[k] for k in keys} for r in o.rounds] for o in outs])
     assert runs[0] == runs[1]
+
+
+def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
+    """sampling._top_p_drop over [R, V] gives each row the mask it gets alone (CUDA scans one row and several rows
+    with different bits; before the per-row scan, 2 of 200 rows kept a different set at top-p 0.95)."""
+    from sparkdec.sampling import _top_p_drop
+
+    torch.manual_seed(3)
+    probs = torch.softmax(torch.randn(200, 151936, device="cuda") * 3, dim=-1)
+    batched = _top_p_drop(probs, 0.95)
+    assert all(torch.equal(batched[i], _top_p_drop(probs[i], 0.95)) for i in range(200))
+    assert all(torch.equal(batched[i:i + 8], _top_p_drop(probs[i:i + 8], 0.95)) for i in range(0, 200, 8))

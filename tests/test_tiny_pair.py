@@ -71,6 +71,16 @@ def test_coupled_drafts_raise_sampled_acceptance_and_stay_exact(plain, spec, mon
     assert als[True] > als[False] + MARGIN, als
 
 
+def test_tight_filters_keep_argmax_drafts():
+    """The race ignores top-k and top-p: a request that filters hard drafts the argmax (coupled drafts accepted
+    fewer there: spec/coupling.py)."""
+    from sparkdec.spec.coupling import couples
+
+    assert couples(SamplingParams(temperature=0.8)) and couples(SamplingParams(temperature=1, top_k=50, top_p=0.95))
+    assert not couples(SamplingParams(temperature=0.8, top_k=3))
+    assert not couples(SamplingParams(temperature=0.8, top_p=0.5))
+
+
 def test_slot_convention_guard(spec, monkeypatch):
     """Slot k predicts position s+k+1. Reading slot k's draft from block row k+1 (the DFlash convention) must
     collapse acceptance, and the correct engine must stay far above it."""

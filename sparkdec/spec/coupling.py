@@ -19,6 +19,17 @@ from sparkdec.sampling import STREAM_TARGET, SamplingParams, _mix, key_base, key
 
 # coupled drafts for exact-sampled sequences; False: their drafts are the drafter's argmax (the A/B baseline)
 COUPLED = True
+# The race ignores top-k and top-p, so with tight filters it drafts tokens the target cannot emit. Tiny pair, CPU,
+# 8 prompts, tokens per round argmax -> coupled (coupling_filters_cpu_tiny_2026-11-30.json): T 0.8 top-k 1
+# 3.53 -> 2.20, top-k 3 2.10 -> 2.08, top-p 0.5 2.63 -> 2.21; but top-k 20 1.89 -> 2.26, T 1 top-k 50 1.38 -> 1.78
+# (and top-p 0.9 at T 0.7 2.15 -> 2.24 on the H200). Requests with a top-k below MIN_TOP_K or a top-p below
+# MIN_TOP_P keep argmax drafts.
+MIN_TOP_K, MIN_TOP_P = 20, 0.9
+
+
+def couples(params: SamplingParams) -> bool:
+    """Does a sampled request with these filters draft the coupled race?"""
+    return COUPLED and (params.top_k == 0 or params.top_k >= MIN_TOP_K) and params.top_p >= MIN_TOP_P
 
 
 def coupled_gumbels(seed: int, anchor_position: int, gamma: int, vocab: int, device) -> torch.Tensor:

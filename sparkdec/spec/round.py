@@ -26,7 +26,8 @@ GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
 # H200 (sampled_rounds_ab_h200_2026-11-30.json, T 0.8 top-p 0.95): tiny pair at 8 prompts 1270 tokens/s one row at
 # a time with argmax drafts -> 7870 drawn with the verify with coupled drafts (3245 with argmax drafts), the same
 # tokens; 4B shape 4.6-6.1 -> 3.9-4.0 ms/token. (Session 6 measured it slower, before coupled drafts and the
-# batched draw: kernels_h200_2026-11-30_session6_sampled.json.) False: one row at a time (the A/B baseline).
+# batched draw: kernels_h200_2026-11-30_session6_sampled.json.) Measured before top-p's cumsum went one row at a
+# time (sampling._top_p_drop: one more launch per row with top-p; not re-measured). False: one row at a time.
 DEVICE_DRAWS = True
 
 
@@ -49,7 +50,8 @@ class RoundRunner:
 
     def _coupled(self, seq: Sequence) -> bool:
         """Does this sequence's drafter race with the target's noise (exact-sampled: spec/coupling.py)?"""
-        return coupling.COUPLED and self.accept_mode == "exact" and not seq.params.greedy and self.simulate is None
+        return (self.accept_mode == "exact" and not seq.params.greedy and self.simulate is None
+                and coupling.couples(seq.params))
 
     def propose(self, seqs: list[Sequence]):
         """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
