@@ -223,8 +223,8 @@ class ProposeGraphs:
 
     def run(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], tier: int,
             coupled: list | None = None):
-        """-> views of the static (drafts [tier, γ], z [tier, γ, V], confidences [tier, γ]); rows past len(anchors) are padding.
-        coupled: per row, (key base, temperature) of its coupled race or None (spec/coupling.py)."""
+        """-> views of the static (drafts [tier, γ], z [tier, γ, V], confidences [tier, γ]); rows past len(anchors)
+        are padding. coupled: per row, (key base, temperature) of its coupled race or None (spec/coupling.py)."""
         self._fill(tables, anchors, anchor_positions, tier)
         self._stage_race(coupled, anchor_positions, tier)
         graph, out = self.graphs[tier]

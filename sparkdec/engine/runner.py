@@ -213,8 +213,8 @@ class ModelRunner:
         return self.propose(tables, anchors.tolist(), anchor_positions.tolist(), lambda z, k: z.argmax(-1), greedy=True)
 
     @torch.inference_mode()
-    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick, greedy: bool = False,
-                coupled: list | None = None):
+    def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick,
+                greedy: bool = False, coupled: list | None = None):
         """One drafter forward over all sequences: block [x0, M, ..., M] at s..s+γ-1 (spec §3).
         Returns drafts [B, γ] (device), z [B, γ, V] float32, confidences [B, γ] float32.
         greedy: pick is the argmax but for the coupled rows; coupled: per row, (key base, temperature) of its

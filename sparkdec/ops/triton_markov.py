@@ -132,8 +132,8 @@ def _load_w2(w2_ptr, t, rs, V, R: tl.constexpr, BLOCK_V: tl.constexpr):
 def _chain_tile(e, w2, t, best, best_idx, u_ptr, z_ptr, rows, rmask, V, stride_u, stride_z, race, BLOCK_V: tl.constexpr,
                 IEEE: tl.constexpr, COUPLED: tl.constexpr):
     """z for vocabulary tile t (stored) and the running (max, first index) of each row, tiles taken in order.
-    COUPLED: rows whose temperature is above 0 take the max of z / T - log E instead (spec/coupling.py; race:
-    (key base, temperature, token position) per row, golden, m1, m2)."""
+    COUPLED: rows whose temperature is above 0 take the max of z / T - log E instead (spec/coupling.py; race: see
+    _coupled_scores)."""
     cols = t * BLOCK_V + tl.arange(0, BLOCK_V)
     cmask = cols < V
     if IEEE:
@@ -248,7 +248,8 @@ def markov_chain(anchors: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: t
             b, v, u.stride(0), z.stride(0), g[:, k] if coupling else z, g.stride(0) if coupling else 0,
             coupling[1] if coupling else z, TILES=per, R=r, BLOCK_B=BLOCK_B, BLOCK_V=BLOCK_V, FIRST=k == 0,
             CHUNK=chunk, CHUNKS=triton.cdiv(programs, chunk), IEEE=w2.dtype == torch.float32,
-            WALK=_slot_walk(k), COUPLED=coupling is not None, num_warps=STEP_WARPS, num_stages=CHAIN_STAGES, **pdl_args())
+            WALK=_slot_walk(k), COUPLED=coupling is not None, num_warps=STEP_WARPS, num_stages=CHAIN_STAGES,
+            **pdl_args())
     tail = ChainTail(*parts[(gamma - 1) % 2], programs, chunk, v)
     if not finish:
         return tail
