@@ -261,12 +261,10 @@ class ProposeGraphs:
                 self.race[1].zero_()
                 self.race_live = False
             return
-        key, temp, apos = (t.numpy() for t in self.race_stage)
-        key[:tier], temp[:tier], apos[:tier] = 0, 0.0, 0
-        for i, (c, s) in enumerate(zip(coupled, anchor_positions)):
-            if c is not None:
-                key[i], temp[i], apos[i] = c[0], c[1], s
-        for dst, src in zip(self.race, self.race_stage):
+        pad = tier - len(coupled)
+        columns = coupling.race_columns(list(coupled) + [None] * pad, list(anchor_positions) + [0] * pad)
+        for dst, src, col in zip(self.race, self.race_stage, columns):
+            src.numpy()[:tier] = col
             dst[:tier].copy_(src[:tier], non_blocking=True)
         self.race_live = True
 

@@ -53,10 +53,14 @@ def race_rows(seqs, coupled: list[bool]) -> list | None:
     return [(key_base(s.seed, STREAM_TARGET), s.params.temperature) if c else None for s, c in zip(seqs, coupled)]
 
 
+def race_columns(coupled: list, anchor_positions: list[int]) -> tuple[list, list, list]:
+    """Per row: key bases, temperatures (0: argmax) and anchor positions (0 for argmax rows) of the coupled race."""
+    return ([c[0] if c else 0 for c in coupled], [float(c[1]) if c else 0.0 for c in coupled],
+            [s if c else 0 for c, s in zip(coupled, anchor_positions)])
+
+
 def race_tensors(coupled: list, anchor_positions: list[int], device):
-    """The fused chain's coupling: (key bases [B] int64, temperatures [B] float32 (0: argmax), anchor positions
-    [B] int64) on the device."""
-    keys = [c[0] if c else 0 for c in coupled]
-    temps = [float(c[1]) if c else 0.0 for c in coupled]
+    """The fused chain's coupling: race_columns as (int64 [B], float32 [B], int64 [B]) tensors on the device."""
+    keys, temps, apos = race_columns(coupled, anchor_positions)
     return (torch.tensor(keys, dtype=torch.long).to(device), torch.tensor(temps, dtype=torch.float32).to(device),
-            torch.tensor(anchor_positions, dtype=torch.long).to(device))
+            torch.tensor(apos, dtype=torch.long).to(device))
