@@ -20,7 +20,7 @@ from sparkdec.ops import triton_gemm as tg
 
 DEV, DT = "cuda", torch.bfloat16
 # (BN, BK, STAGES, XRING) variants of the Gluon product
-TILES = [(64, 128, 4, 1), (64, 128, 6, 1), (64, 256, 3, 1), (64, 256, 4, 1), (128, 128, 4, 1)]
+TILES = [(64, 128, 4, 1), (64, 128, 6, 1), (64, 256, 3, 1), (64, 256, 4, 1), (128, 128, 4, 1), (64, 256, 3, 0)]
 
 
 def layer_products(shape: str) -> dict[str, tuple[int, int, dict]]:

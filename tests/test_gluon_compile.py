@@ -15,8 +15,8 @@ triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason="the Gluon path targets triton 3.6")
 
 
-def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, pre=None,
-                 out="bf16"):
+def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
+                 pre=None):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -25,11 +25,12 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
 
     wl = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16)
     xl = gl.NVMMASharedLayout.get_default_for([mp, bk], gl.bfloat16)
-    ints = ["M", "N", "stride_om", "stride_rm", "tiles"]
+    ints = ["M", "N", "stride_xm", "stride_om", "stride_rm"]
     consts = {"K": k, "SILU": silu, "RESIDUAL": residual, "PDL": pdl, "SPLIT_K": split, "STAGES": stages,
-              "PRE": stages if pre is None else pre, "MP": mp, "num_warps": 4}
+              "PRE": stages if pre is None else pre, "MP": mp,
+              "XRING": bool(xring), "num_warps": 4}
     sig = {"w_desc": f"tensordesc<bf16[{bn},{bk}],{wl!r}>", "x_desc": f"tensordesc<bf16[{mp},{bk}],{xl!r}>",
-           "out_ptr": f"*{out}", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
+           "x_ptr": "*bf16", "out_ptr": "*bf16", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            **{name: "i32" for name in ints}, **{name: "constexpr" for name in consts}}
     src = GluonASTSource(gg._gemv_kernel, sig, consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
@@ -50,7 +51,7 @@ def local_bytes(cubin: bytes) -> int:
     dict(bk=256, stages=3, silu=True),                 # gate_up: SiLU epilogue
     dict(k=4096, split=8, residual=True),              # o: split-K, ordered finish, residual
     dict(k=9728, split=4, stages=6, residual=True, mp=16),
-    dict(bk=256, stages=3, out="fp32"),                # float32 logits (rounded to bf16 first)
+    dict(bk=256, stages=3, xring=0),                   # the whole x slice loaded once
     dict(k=4096, split=8, residual=True, pre=1),       # one weight tile before the wait, the rest after it
 ])
 def test_gluon_product_compiles_for_sm90(variant):

@@ -151,7 +151,7 @@ def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
 def test_gluon_products_give_the_triton_kernels_bits():
-    """The Gluon product (the shipped tiles of the Qwen3-4B products; one item per program or persistent) against the
+    """The Gluon product (the shipped tiles of the Qwen3-4B products; x in the ring or loaded whole) against the
     Triton kernel: same bits for 1..16 rows, plain / SiLU / residual, a strided x, float32 output; the Gluon path
     really runs (its table names the shape)."""
     from sparkdec.ops import gluon_gemv as gg
@@ -159,16 +159,17 @@ def test_gluon_products_give_the_triton_kernels_bits():
 
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
+    saved = dict(gg.CONFIGS)
     try:
         # the four layer products, the drafter's fc and its k/v rows (a row slice of a qkv weight, as the engine reads)
         for n, k in [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (2560, 12800), (2048, 2560)]:
+            cfg = saved[(n, k)]
             w = torch.randn(n + 4096 if n == 2048 else n, k, device=dev, dtype=dt)[-n:] / k ** 0.5
             x = torch.randn(16, k + 64, device=dev, dtype=dt)[:, 32:32 + k]  # rows strided, 64-byte offset
             r = torch.randn(16, n, device=dev, dtype=dt)
-            for programs in (None, 7, 132):  # one item per program, then persistent launches (items per program)
-                gg.PROGRAMS.pop((n, k), None)
-                if programs:
-                    gg.PROGRAMS[(n, k)] = programs
+            tiles = [tuple(cfg)] + ([(cfg[0], cfg[1], cfg[2], 1 - cfg[3])] if n == 6144 else [])
+            for tile in tiles:
+                gg.CONFIGS[(n, k)] = tile
                 for kw in ({}, {"silu": True}, {"residual": r}, {"out_dtype": torch.float32}):
                     for m in (1, 8, 9, 16):
                         kw_m = {**kw, "residual": r[:m]} if "residual" in kw else kw
@@ -177,11 +178,12 @@ def test_gluon_products_give_the_triton_kernels_bits():
                         tg.GLUON = False
                         ref = tg.gemm(x[:m], w, **kw_m)
                         tg.GLUON = True
-                        assert torch.equal(got, ref), (n, k, programs, kw.keys(), m)
+                        assert torch.equal(got, ref), (n, k, tile, kw.keys(), m)
         assert int(tg._COUNTERS[torch.device("cuda", 0)].abs().sum()) == 0
     finally:
         tg.GLUON = True
-        gg.PROGRAMS.clear()
+        gg.CONFIGS.clear()
+        gg.CONFIGS.update(saved)
 
 
 @pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=0.8, top_p=0.95),

@@ -5,8 +5,7 @@ tests/test_gpu.py): each row's reduction runs over K in 16-wide tensor-core step
 (the same SPLIT_K as the Triton table) are summed in slice order by the tile's last program. What differs is how the
 weights arrive: W is the 64-row wgmma operand (swap-AB: y^T = W x^T, rows padded to MP = 8 or 16 with zeros), fed by
 a STAGES-deep TMA ring whose first tiles are requested before the kernel waits for the previous one (weights never
-depend on it), so the weight stream does not stop at kernel boundaries. A launch may be persistent (PROGRAMS): a
-program then streams several (tile, K slice) items through its one ring, each item's arithmetic unchanged.
+depend on it), so the weight stream does not stop at kernel boundaries.
 """
 from __future__ import annotations
 
@@ -35,6 +34,19 @@ SMEM_BYTES = 200 * 1024  # a program's ring and x tiles must fit in an sm_90 SM'
 
 if AVAILABLE:
     @gluon.jit
+    def _load_x_slice(x_ptr, x_smem, M, stride_xm, k_begin, NK: gl.constexpr, MP: gl.constexpr, BK: gl.constexpr,
+                      num_warps: gl.constexpr):
+        """x[:, k_begin : k_begin + NK * BK] -> x_smem [NK, MP, BK] (rows >= M are zeros)."""
+        xl: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+        rows = gl.arange(0, MP, layout=gl.SliceLayout(1, xl))
+        cols = gl.arange(0, BK, layout=gl.SliceLayout(0, xl))
+        for j in gl.static_range(NK):
+            ptrs = x_ptr + rows[:, None] * stride_xm + (k_begin + j * BK + cols)[None, :]
+            x_smem.index(j).store(gl.load(ptrs, mask=(rows < M)[:, None], other=0.0))
+        fence_async_shared()
+        gl.thread_barrier()
+
+    @gluon.jit
     def _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU: gl.constexpr, RESIDUAL: gl.constexpr,
                   BN: gl.constexpr, MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
         """y [BN, MP] fp32 (weight rows x token rows) -> out[m, n]: the Triton kernel's epilogue, transposed."""
@@ -62,110 +74,84 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
-    def _step_at(i, pid, programs, tiles, NK: gl.constexpr, KS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
-        """Where this program's i-th weight tile starts: (weight row, K column). Its items (tile, slice) are pid,
-        pid + programs, ...; item w is tile w % tiles of K slice w // tiles, NK weight tiles each."""
-        w = pid + (i // NK) * programs
-        return (w % tiles) * BN, (w // tiles) * KS + (i % NK) * BK
-
-    @gluon.jit
-    def _request_step(w_desc, x_desc, w_ring, x_ring, ready, i, pid, programs, tiles, total, WEIGHT: gl.constexpr,
-                      X: gl.constexpr, NK: gl.constexpr, KS: gl.constexpr, STAGES: gl.constexpr):
-        """Request the program's i-th weight tile and/or x tile into ring stage i % STAGES (nothing past total)."""
-        BN: gl.constexpr = w_desc.block_type.shape[0]
-        BK: gl.constexpr = w_desc.block_type.shape[1]
-        row, col = _step_at(i, pid, programs, tiles, NK, KS, BN, BK)
-        s = i % STAGES
-        if WEIGHT:
-            _request(w_desc, row, col, ready.index(s), w_ring.index(s), i < total)
-        if X:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
-            _request(x_desc, 0, col, ready.index(s), x_ring.index(s), i < total)
-
-    @gluon.jit
-    def _finish(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, tile, sl, tiles, stride_om, stride_rm,
-                SILU: gl.constexpr, RESIDUAL: gl.constexpr, SPLIT_K: gl.constexpr, BN: gl.constexpr,
-                MP: gl.constexpr, DTYPE: gl.constexpr, num_warps: gl.constexpr):
-        """One item's accumulator [BN, MP] -> out (SPLIT_K > 1: every slice stores its partial; the tile's last
-        program sums them in slice order)."""
-        EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
-        y = gl.convert_layout(acc, EL)  # [BN, MP]
-        DT: gl.constexpr = DTYPE
-        if SPLIT_K == 1:
-            _epilogue(y, out_ptr, res_ptr, M, N, tile, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
-        else:
-            part = (gl.arange(0, BN, layout=gl.SliceLayout(1, EL))[:, None] * MP
-                    + gl.arange(0, MP, layout=gl.SliceLayout(0, EL))[None, :])
-            gl.store(ws_ptr + (sl * tiles + tile) * (BN * MP) + part, y)
-            gl.thread_barrier()
-            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
-            if arrived == SPLIT_K - 1:
-                total = gl.zeros([BN, MP], gl.float32, layout=EL)
-                for s in range(0, SPLIT_K):
-                    total += gl.load(ws_ptr + (s * tiles + tile) * (BN * MP) + part, cache_modifier=".cg")
-                gl.atomic_xchg(cnt_ptr + tile, 0)
-                _epilogue(total, out_ptr, res_ptr, M, N, tile, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
-    @gluon.jit
-    def _gemv_kernel(w_desc, x_desc, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_om, stride_rm, tiles,
+    def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     XRING: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
-        KS: gl.constexpr = K // SPLIT_K
-        NK: gl.constexpr = KS // BK  # weight tiles per item
-        pid = gl.program_id(0)
-        programs = gl.num_programs(0)
-        items = (tiles * SPLIT_K - pid + programs - 1) // programs  # this program's (tile, slice) items
-        total = items * NK  # and weight tiles: one ring streams them all, across items
+        NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
+        pid_n = gl.program_id(0)
+        pid_s = gl.program_id(1)
+        k_begin = pid_s * (K // SPLIT_K)
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
-        x_ring = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for j in gl.static_range(STAGES):  # a stage is ready when its weight and its x tile have arrived
-            mbarrier.init(ready.index(j), count=2)
+        for j in gl.static_range(STAGES):  # XRING: a stage is ready when its weight and its x tile have arrived
+            mbarrier.init(ready.index(j), count=2 if XRING else 1)
         # the weights do not depend on the previous kernel: fill the ring (its first PRE stages) before waiting for it
         for j in gl.static_range(PRE):
-            _request_step(w_desc, x_desc, w_ring, x_ring, ready, j, pid, programs, tiles, total, True, False, NK, KS,
-                          STAGES)
+            _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
         if PDL:
             gdc_wait()
             if PDL == 2:
                 gdc_launch_dependents()
-        for j in gl.static_range(STAGES):
-            _request_step(w_desc, x_desc, w_ring, x_ring, ready, j, pid, programs, tiles, total, j >= PRE, True, NK,
-                          KS, STAGES)
+        for j in gl.static_range(PRE, STAGES):
+            _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
+        if XRING:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
+            x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
+            for j in gl.static_range(STAGES):
+                _request(x_desc, 0, k_begin + j * BK, ready.index(j), x_bufs.index(j), j < NK)
+        else:  # the program's whole x slice, loaded once
+            x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
+            _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, MP, 16])
-        for item in range(items):
-            acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
-            for k in range(NK):
-                i = item * NK + k
-                s = i % STAGES
-                mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-                acc = warpgroup_mma(w_ring.index(s), x_ring.index(s).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                # stage s is free again: request the tiles STAGES ahead (the next item's, near an item's end)
-                _request_step(w_desc, x_desc, w_ring, x_ring, ready, i + STAGES, pid, programs, tiles, total, True,
-                              True, NK, KS, STAGES)
-            w = pid + item * programs
-            _finish(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, w % tiles, w // tiles, tiles, stride_om, stride_rm,
-                    SILU, RESIDUAL, SPLIT_K, BN, MP, x_desc.dtype, num_warps)
+        acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
+        for i in range(NK):
+            s = i % STAGES
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            xt = x_bufs.index(s) if XRING else x_bufs.index(i)  # [MP, BK]
+            acc = warpgroup_mma(w_ring.index(s), xt.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            # stage s is free again: request the tiles STAGES ahead
+            more = i + STAGES < NK
+            _request(w_desc, pid_n * BN, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more)
+            if XRING:
+                _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
         if PDL == 1:
             gdc_launch_dependents()
         for j in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(j))
+        EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
+        y = gl.convert_layout(acc, EL)  # [BN, MP]
+        DT: gl.constexpr = x_ptr.dtype.element_ty
+        if SPLIT_K == 1:
+            _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
+        else:  # every slice stores its partial; the tile's last program sums them in slice order
+            tile = pid_n
+            num_tiles = gl.num_programs(0)
+            part = (gl.arange(0, BN, layout=gl.SliceLayout(1, EL))[:, None] * MP
+                    + gl.arange(0, MP, layout=gl.SliceLayout(0, EL))[None, :])
+            gl.store(ws_ptr + (pid_s * num_tiles + tile) * (BN * MP) + part, y)
+            gl.thread_barrier()
+            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+            if arrived == SPLIT_K - 1:
+                total = gl.zeros([BN, MP], gl.float32, layout=EL)
+                for sl in range(0, SPLIT_K):
+                    total += gl.load(ws_ptr + (sl * num_tiles + tile) * (BN * MP) + part, cache_modifier=".cg")
+                gl.atomic_xchg(cnt_ptr + tile, 0)
+                _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL,
+                          DT)
 
 
 # (weight rows, K) -> (BN, BK, STAGES, XRING) of the Gluon product: tile, ring depth and where x lives (XRING 1: its
-# tiles ride in the ring beside the weights, the only layout this kernel has; a 0 from older tables runs Triton), chosen
+# tiles ride in the ring beside the weights; 0: the program's whole x slice is loaded once after the PDL wait), chosen
 # on the H200 (scripts/gluon_gemv_probe.py). A shape not listed runs the Triton kernel. The shipped table is
 # gluon_configs.json next to this file; SPARKDEC_GLUON_CONFIGS=path replaces it (the probe's output).
 CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 # (weight rows, K) -> weight tiles a program requests before its PDL wait (default: the whole ring). Fewer keep HBM
 # free for the kernel it overlaps (A/B: scripts/ab_decode.py)
 PREFETCH: dict[tuple[int, int], int] = {}
-# (weight rows, K) -> programs of a persistent launch: each streams the weight tiles of items (tile, K slice) pid,
-# pid + programs, ... through one ring (default: one program per item)
-PROGRAMS: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -199,7 +185,8 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     if x.data_ptr() % 16 or x.stride(0) % 8:  # TMA: 16-byte aligned base and rows
         return None
     bn, bk, stages, xring = cfg
-    if not xring or 2 * bk * stages * (bn + _row_pad(x.shape[0])) > SMEM_BYTES:
+    x_tiles = stages if xring else weight.shape[1] // split_k // bk
+    if 2 * bk * (stages * bn + x_tiles * _row_pad(x.shape[0])) > SMEM_BYTES:
         return None
     return cfg
 
@@ -220,7 +207,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
          cfg: tuple[int, int, int, int], split_k: int, silu: bool, residual: bool, pdl: int) -> torch.Tensor:
     """The Gluon product into `out` [M, N] (see module docstring); counters: the Triton kernel's split-K arrival
     counters (each tile's last program resets its counter)."""
-    bn, bk, stages, _ = cfg
+    bn, bk, stages, xring = cfg
     m, k = x.shape
     n = out.shape[1]
     mp = _row_pad(m)
@@ -229,12 +216,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     if split_k > 1:
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
-    shape = tuple(weight.shape)
-    programs = min(tiles * split_k, PROGRAMS.get(shape, tiles * split_k))
-    _gemv_kernel[(programs, )](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), out, res, ws,
-                               out if counters is None else counters, m, n, out.stride(0), res.stride(0), tiles, K=k,
-                               SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k, STAGES=stages,
-                               PRE=min(stages, PREFETCH.get(shape, stages)), MP=mp, num_warps=4, **extra)
+    _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
+                                   out if counters is None else counters, m, n, x.stride(0), out.stride(0),
+                                   res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
+                                   STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
+                                   XRING=bool(xring), num_warps=4, **extra)
     return out
 
 
