@@ -203,7 +203,7 @@ def fused_sampler_on() -> bool:
 
 def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_position: int) -> torch.Tensor:
     """The sampled tokens at positions first_position .. + R - 1 given the logits [R, V] of the rows before them,
-    as a device tensor [R] (ops/triton_sample.py); top-k and top-p masks computed here, row by row for top-p."""
+    as a device tensor [R] (ops/triton_sample.py); the top-k and top-p masks are computed here."""
     from sparkdec.ops.triton_sample import keyed_race
 
     x = logits.float() / params.temperature
@@ -212,18 +212,20 @@ def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_po
         kth = torch.topk(x, params.top_k, dim=-1).values[:, -1].contiguous()
         x = x.masked_fill(x < kth[:, None], float("-inf"))
     if params.top_p < 1.0:
-        drop = torch.stack([_top_p_drop(torch.softmax(row, dim=-1), params.top_p) for row in x])
+        drop = _top_p_drop(torch.softmax(x, dim=-1), params.top_p)
     return keyed_race(logits, params.temperature, key_base(seed, STREAM_TARGET), first_position, kth, drop)
 
 
 def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """probs [V] -> bool [V]: the tokens outside the smallest set, in descending probability (ties to the
-    smaller id), whose mass reaches top_p."""
+    """probs [..., V] -> bool [..., V]: the tokens outside the smallest set, in descending probability (ties to the
+    smaller id), whose mass reaches top_p. Each row's set never depends on the other rows of the call: sort and
+    softmax give every row the same bits either way, and the scan is one a row gets alone too."""
     sorted_p, idx = torch.sort(probs, descending=True, stable=True)
-    # NOTE: one row at a time: CUDA scans a lone row (CUB) and a batch of rows (another kernel) with different bits
-    # (200 of 200 rows differed on the H200, and the kept set of 2), so a row's kept set would follow how many rows
-    # share the call. Sort and softmax give every row the same bits either way.
-    rows = sorted_p.reshape(-1, sorted_p.shape[-1])
-    mass = torch.stack([torch.cumsum(r, dim=-1) for r in rows]).view_as(sorted_p)
-    drop = (mass - sorted_p) >= top_p
-    return torch.zeros_like(drop).scatter_(-1, idx, drop)
+    rows, ids = sorted_p.reshape(-1, sorted_p.shape[-1]), idx.reshape(-1, idx.shape[-1])  # [R, V]
+    if rows.is_cuda:  # NOTE: not torch.cumsum: CUDA scans a lone row and a batch of rows with different bits
+        from sparkdec.ops.triton_top_p import drop_mask
+
+        return drop_mask(rows, ids, top_p).view(probs.shape)
+    mass = torch.cumsum(rows, dim=-1)  # the CPU scans each row on its own, in order
+    drop = (mass - rows) >= top_p
+    return torch.zeros_like(drop).scatter_(-1, ids, drop).view(probs.shape)

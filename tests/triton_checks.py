@@ -223,6 +223,32 @@ def check_fused_layer():
     close(caches[1][1], caches[0][1])
 
 
+def top_p_reference(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """probs [R, V] -> (drop [R, V] by token id from a float64 scan, margin [R]: how close any sorted entry's mass
+    before it comes to top_p: a float32 scan may decide such a token either way)."""
+    sorted_p, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
+    before = torch.cumsum(sorted_p.double(), -1) - sorted_p.double()
+    drop = torch.zeros_like(idx, dtype=torch.bool).scatter_(-1, idx, before >= top_p)
+    return drop, (before - top_p).abs().min(-1).values
+
+
+def check_top_p_drop():
+    """ops/triton_top_p.py: the kept set of a float64 scan (rows whose boundary is not within float32 rounding), for
+    a vocabulary of one chunk and of several with a partial last chunk; a row alone gets its bits in any batch."""
+    from sparkdec.ops.triton_top_p import drop_mask
+
+    for v, top_p in ((700, 0.9), (5000, 0.95), (5000, 0.5)):
+        probs = torch.softmax(torch.randn(6, v) * 3, dim=-1)
+        sorted_p, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
+        got = drop_mask(sorted_p, idx, top_p)
+        want, margin = top_p_reference(probs, top_p)
+        sure = margin > 1e-5
+        assert sure.sum() >= 4 and torch.equal(got[sure], want[sure]), (v, top_p)
+        assert 0 < int((~got).sum(-1).min()) and int((~got).sum(-1).max()) < v  # both kinds occur
+        for r in range(6):
+            assert torch.equal(drop_mask(sorted_p[r:r + 1], idx[r:r + 1], top_p)[0], got[r])
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -232,4 +258,5 @@ if __name__ == "__main__":
     check_coupled_chain()
     check_propose_kernels()
     check_keyed_race()
+    check_top_p_drop()
     print("ok")
