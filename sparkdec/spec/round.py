@@ -23,11 +23,10 @@ from sparkdec.staging import to_device
 GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
 # exact-sampled rounds draw all their verify rows on the device with the verify (one read per round) instead of one
 # row at a time on acceptance; those with argmax drafts also queue the next propose from them (spec/chain.py).
-# H200 (sampled_rounds_ab_h200_2026-11-30.json, T 0.8 top-p 0.95): tiny pair at 8 prompts 1270 tokens/s one row at
-# a time with argmax drafts -> 7870 drawn with the verify with coupled drafts (3245 with argmax drafts), the same
-# tokens; 4B shape 4.6-6.1 -> 3.9-4.0 ms/token. (Session 6 measured it slower, before coupled drafts and the
-# batched draw: kernels_h200_2026-11-30_session6_sampled.json.) Measured before top-p's cumsum went one row at a
-# time (sampling._top_p_drop: one more launch per row with top-p; not re-measured). False: one row at a time.
+# H200 (sampled_rounds_ab_h200_2026-11-30_top_p_scan.json, T 0.8 top-p 0.95): tiny pair at 8 prompts 1511
+# tokens/s one row at a time with argmax drafts -> 7180 drawn with the verify with coupled drafts (4802 with argmax
+# drafts), the same tokens; 4B shape 5.3-6.2 -> 3.7-3.8 ms/token. (Session 6 measured it slower, before coupled
+# drafts and the batched draw: kernels_h200_2026-11-30_session6_sampled.json.) False: one row at a time.
 DEVICE_DRAWS = True
 
 
