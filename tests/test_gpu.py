@@ -168,8 +168,9 @@ def test_gluon_products_give_the_triton_kernels_bits():
             x = torch.randn(16, k + 64, device=dev, dtype=dt)[:, 32:32 + k]  # rows strided, 64-byte offset
             r = torch.randn(16, n, device=dev, dtype=dt)
             tiles = [tuple(cfg)] + ([(cfg[0], cfg[1], cfg[2], 1 - cfg[3])] if n == 6144 else [])
-            for tile in tiles:
+            for tile, early in [(t, False) for t in tiles] + [(tiles[0], True)]:  # early: residual after the wait
                 gg.CONFIGS[(n, k)] = tile
+                gg.RESIDUAL_EARLY = early
                 for kw in ({}, {"silu": True}, {"residual": r}, {"out_dtype": torch.float32}):
                     for m in (1, 8, 9, 16):
                         kw_m = {**kw, "residual": r[:m]} if "residual" in kw else kw
@@ -182,8 +183,53 @@ def test_gluon_products_give_the_triton_kernels_bits():
         assert int(tg._COUNTERS[torch.device("cuda", 0)].abs().sum()) == 0
     finally:
         tg.GLUON = True
+        gg.RESIDUAL_EARLY = False
         gg.CONFIGS.clear()
         gg.CONFIGS.update(saved)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
+def test_split_k_slices_summed_by_the_norm_give_the_same_bits():
+    """triton_gemm.SUM_IN_NORM: the o and down products leave their slices to the next RMSNorm kernel
+    (ops/partials.py). Two Qwen3-4B-shaped layers, 1 and 8 rows: the same final hidden states and taps, bit for
+    bit, as the products summing their own slices; and the layers really hand slices on."""
+    from dataclasses import replace
+
+    from sparkdec.bench.shapes import SHAPES
+    from sparkdec.engine.context import build_context
+    from sparkdec.models.qwen3 import Qwen3ForCausalLM
+    from sparkdec.ops import triton_gemm as tg
+    from sparkdec.ops.partials import Partials
+
+    cfg = replace(SHAPES["qwen3-4b"], num_hidden_layers=2, vocab_size=512)
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(cfg)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    model = model.to("cuda", torch.bfloat16)
+    for layer in model.model.layers:
+        layer.fuse()
+    model.setup_rope(512, "cuda")
+    ps, pages = 16, 32
+    saved = tg.SUM_IN_NORM
+    try:
+        for rows in (1, 8):
+            ctx = build_context([(list(range(pages)), list(range(300, 300 + rows)), False)], ps, "cuda")
+            ids = torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
+            runs = []
+            for on in (False, True):
+                tg.SUM_IN_NORM = on
+                kv = [tuple(torch.randn(pages * ps, cfg.num_key_value_heads, cfg.head_dim, device="cuda",
+                                        dtype=torch.bfloat16, generator=torch.Generator("cuda").manual_seed(i))
+                            for _ in range(2)) for i in range(2)]
+                with torch.no_grad():
+                    runs.append(model(ids, ctx, kv, tap_layers=(0, 1)))
+                    h = model.model.embed_tokens(ids)
+                    assert isinstance(model.model.layers[0](h, ctx, kv[0], model.rope), Partials) == on
+            (h0, t0), (h1, t1) = runs
+            assert torch.equal(h0, h1) and torch.equal(t0, t1), rows
+    finally:
+        tg.SUM_IN_NORM = saved
 
 
 @pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=0.8, top_p=0.95),

@@ -223,6 +223,28 @@ def check_fused_layer():
     close(caches[1][1], caches[0][1])
 
 
+def check_norm_of_slices():
+    """ops/triton_fused.norm_of over a split-K product's unsummed slices (ops/partials.py): the slices summed from zero
+    in slice order, rounded, plus the residual, then the norm: bit for bit what the product's last program and the
+    plain norm kernel give, for every row of the padded tile (a partial last weight tile too). (The device test
+    test_split_k_slices_summed_by_the_norm_give_the_same_bits checks it against the products on the H200.)"""
+    from sparkdec.ops.partials import Partials
+    from sparkdec.ops.triton_fused import norm_of
+    from sparkdec.ops.triton_fused import rms_norm as fused_rms_norm
+
+    split, tiles, bn, mp, n, m = 3, 4, 64, 8, 200, 5
+    ws = torch.randn(split, tiles, bn, mp)
+    res, w = torch.randn(m, n), 1 + 0.1 * torch.randn(n)  # float32: the interpreter's bf16 products are not IEEE
+    total = torch.zeros(tiles * bn, mp)
+    for sl in range(split):
+        total = total + ws[sl].reshape(tiles * bn, mp)
+    h_ref = res + total[:n, :m].T  # [m, n]
+    part = Partials(ws.reshape(-1).contiguous(), res, torch.empty(m, n), split, tiles, bn, mp)
+    x, h = norm_of(part, w, 1e-6)
+    assert h is part.out and torch.equal(h, h_ref)
+    assert torch.equal(x, fused_rms_norm(h_ref, w, 1e-6))
+
+
 def top_p_reference(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """probs [R, V] -> (drop [R, V] by token id from a float64 scan, the distance of the mass before each token
     from top_p [R, V] by token id: a float32 scan may decide a token that close either way)."""
@@ -263,4 +285,5 @@ if __name__ == "__main__":
     check_propose_kernels()
     check_keyed_race()
     check_top_p_drop()
+    check_norm_of_slices()
     print("ok")

@@ -13,6 +13,7 @@ from sparkdec.engine.context import ForwardContext
 from sparkdec.ops.attention import paged_attention
 from sparkdec.ops.linear import linear
 from sparkdec.ops.norms import rms_norm
+from sparkdec.ops.partials import Partials, materialised
 from sparkdec.ops.rope import RotaryTable
 
 
@@ -124,20 +125,22 @@ class Qwen3DecoderLayer(nn.Module):
 
     def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
-        gate_up+SiLU, down+residual), each row batch-invariant. The norm kernel runs first (gemm(norm=...));
+        gate_up+SiLU, down+residual), each row batch-invariant. Takes and returns h as a tensor or, with
+        triton_gemm.SUM_IN_NORM, as a product's unsummed slices that the next norm kernel sums (ops/partials.py). The norm kernel runs first (gemm(norm=...));
         folding the norms into the Triton and Gluon products, and the q/k norm + RoPE into the attention split kernel,
         were measured slower on the H200."""
-        from sparkdec.ops.triton_fused import qkv_rope_store
+        from sparkdec.ops.triton_fused import norm_of, qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
         from sparkdec.ops.triton_gemm import mlp as mlp_block
 
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
-        qkv = gemm(h, attn.qkv_weight, norm=(ln1.weight, ln1.eps))  # RMSNorm, then [T, (Hq + 2 Hkv) * D]
+        x, h = norm_of(h, ln1.weight, ln1.eps)  # h: a tensor, or the last product's unsummed slices (ops/partials.py)
+        qkv = gemm(x, attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5)  # [T, Hq, D]
-        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h)
+        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True)
         return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
@@ -186,9 +189,15 @@ class Qwen3ForCausalLM(nn.Module):
             taps.append(h)
         for i, layer in enumerate(self.model.layers):
             h = layer(h, ctx, kv_layers[i], self.rope)
-            if i in tap_layers:
-                taps.append(h)
-        return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
+            if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
+                taps.append(materialised(h))
+        if isinstance(h, Partials):
+            from sparkdec.ops.triton_fused import norm_of
+
+            hidden = norm_of(h, self.model.norm.weight, self.model.norm.eps)[0]
+        else:
+            hidden = self.model.norm(h)
+        return hidden, (torch.cat(taps, dim=-1) if taps else None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [R, d] -> float32 logits [R, V]."""

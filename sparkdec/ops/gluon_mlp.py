@@ -236,7 +236,7 @@ def mlp(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, residual: tor
     interleaved), w_down [H, I] -> [M, H]."""
     m, hid = x.shape
     inter = w_down.shape[1]
-    mp = gg._row_pad(m)
+    mp = gg.row_pad(m)
     out = torch.empty(m, hid, dtype=x.dtype, device=x.device)
     act = torch.empty(m, inter, dtype=x.dtype, device=x.device)
     ws = torch.empty(split_down * (hid // BN) * BN * mp, dtype=torch.float32, device=x.device)

@@ -1,4 +1,5 @@
-"""Fused Triton kernels for the CUDA path: RMSNorm (+ residual add), q/k norm + RoPE + KV store.
+"""Fused Triton kernels for the CUDA path: RMSNorm (+ residual add, or + a split-K product's slices), q/k norm + RoPE +
+KV store.
 
 One program per row (or per row and head), so a row's result never depends on the batch. Each kernel has
 the torch reference in ops/norms.py / ops/rope.py; tests/test_ops.py checks them in Triton's interpreter.
@@ -9,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sparkdec.ops.partials import Partials
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 
@@ -26,10 +28,36 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride
         x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32))
         x = x.to(res_out_ptr.dtype.element_ty)
         tl.store(res_out_ptr + row * stride_o + offs, x, mask=mask)
+    _norm_store(x, w, out_ptr + row * stride_o, offs, mask, n, eps)
+
+
+@triton.jit
+def _norm_store(x, w, out_ptr, offs, mask, n, eps):
+    """RMSNorm of one row x (the activation dtype) with weight w, stored at out_ptr[offs]."""
     xf = x.to(tl.float32)
     inv = tl.rsqrt(tl.sum(xf * xf, 0) / n + eps)
-    y = (xf * inv).to(x_ptr.dtype.element_ty)
-    tl.store(out_ptr + row * stride_o + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
+    y = (xf * inv).to(x.dtype)
+    tl.store(out_ptr + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stride_r, stride_o, stride_h, tiles,
+                            SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
+                            PDL: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    pdl_wait(PDL)
+    res = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0)
+    part = (offs // BN) * (BN * MP) + (offs % BN) * MP + row  # element (row, n) of a slice's [tiles, BN, MP]
+    total = tl.zeros([BLOCK], tl.float32)
+    for s in tl.static_range(SPLIT_K):  # NOTE: from zero, in slice order: the product's last program's sum
+        total += tl.load(ws_ptr + s * (tiles * BN * MP) + part, mask=mask, other=0.0)
+    dt = h_ptr.dtype.element_ty
+    h = (res.to(tl.float32) + total.to(dt).to(tl.float32)).to(dt)  # the product's residual epilogue
+    tl.store(h_ptr + row * stride_h + offs, h, mask=mask)
+    _norm_store(h, w, out_ptr + row * stride_o, offs, mask, n, eps)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
@@ -41,6 +69,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
                            out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
                            **pdl_args("norm"))
     return (out, res_out) if residual is not None else out
+
+
+def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """h [M, N] (a tensor, or a split-K product's unsummed slices: ops/partials.py) -> (RMSNorm(h), h as a
+    tensor). Slices are summed, rounded and added to their residual here, h written to h.out, in one launch."""
+    if not isinstance(h, Partials):
+        return (rms_norm(h, weight, eps) if h.shape[0] else torch.empty_like(h)), h
+    m, n = h.out.shape
+    out = torch.empty_like(h.out)
+    _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),
+                                  h.out.stride(0), h.tiles, SPLIT_K=h.split_k, BN=h.bn, MP=h.mp,
+                                  BLOCK=triton.next_power_of_2(n), **pdl_args("norm"))
+    return out, h.out
 
 
 @triton.jit

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from sparkdec.env import choice, flag
 from sparkdec.ops import gluon_gemv
+from sparkdec.ops.partials import Partials
 from sparkdec.ops.tile_tables import read_table
 
 BLOCK_M = 16
@@ -43,6 +44,10 @@ PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
 FUSED_MLP = False
+# the o and down products (split-K, + residual) of a Gluon launch leave their slices unsummed for the RMSNorm kernel
+# after them (ops/partials.py; gemm(..., partial=True)), which sums them as the product's last program would.
+# SPARKDEC_SUM_IN_NORM=1 turns it on (read at every launch: A/B runs patch it)
+SUM_IN_NORM = flag("SPARKDEC_SUM_IN_NORM", False)
 
 
 def pdl_mode(kind: str | None = None) -> int:
@@ -229,30 +234,33 @@ def split_k_of(n: int, k: int) -> int:
     return 1 if k % (split_k * block_k) else split_k
 
 
-def mlp(h: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, float]):
     """h + down(silu(gate) * up) of RMSNorm(h): the norm kernel, then the gate_up and down products (with FUSED_MLP,
-    in one persistent launch where ops/gluon_mlp.py supports the shapes: the same bits)."""
+    in one persistent launch where ops/gluon_mlp.py supports the shapes: the same bits). h may be a product's
+    unsummed slices (ops/partials.py), and so may the result (partial: see SUM_IN_NORM)."""
+    from sparkdec.ops.triton_fused import norm_of
+
+    x, h = norm_of(h, norm[0], norm[1])
     if FUSED_MLP and GLUON and 0 < h.shape[0]:
         from sparkdec.ops import gluon_mlp
-        from sparkdec.ops.triton_fused import rms_norm
 
         split_gu, split_dn = split_k_of(*gate_up.shape), split_k_of(*down.shape)
-        x = rms_norm(h, norm[0], norm[1])
         if gluon_mlp.supports(x, gate_up, down, split_gu, split_dn):
             return gluon_mlp.mlp(x, gate_up, down, h, split_dn, pdl_mode("gluon"))
-        return gemm(gemm(x, gate_up, silu=True), down, residual=h)
-    return gemm(gemm(h, gate_up, silu=True, norm=norm), down, residual=h)
+    return gemm(gemm(x, gate_up, silu=True), down, residual=h, partial=True)
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
          out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-         norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+         norm: tuple[torch.Tensor, float] | None = None, partial: bool = False):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
     than x's gets that rounding too. norm (weight, eps): the product of RMSNorm(x): the norm kernel
-    (ops/triton_fused.rms_norm) runs first, then the product."""
+    (ops/triton_fused.rms_norm) runs first, then the product. partial (with a residual): where SUM_IN_NORM holds
+    and a split-K Gluon launch runs it, return its unsummed slices (ops/partials.Partials, for the next norm
+    kernel) instead of the tensor."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -272,8 +280,12 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if gluon_cfg is not None:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
-        return gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                               pdl_mode("gluon"))
+        defer = partial and SUM_IN_NORM and split_k > 1 and residual is not None and out.dtype == x.dtype
+        got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
+                              pdl_mode("gluon"), defer=defer)
+        if defer:  # got: the slices' workspace
+            return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
+        return got
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
     if split_k > 1:
