@@ -23,11 +23,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cuda and x.dim() == 2:
+    def forward(self, x) -> torch.Tensor:
+        """x: a tensor, or a product's unsummed slices (ops/partials.py) on the CUDA path."""
+        if isinstance(x, Partials) or (x.is_cuda and x.dim() == 2):
             from sparkdec.ops import triton_fused
 
-            return triton_fused.rms_norm(x, self.weight, self.eps)
+            return triton_fused.norm_of(x, self.weight, self.eps)[0]
         return rms_norm(x, self.weight, self.eps)
 
 
@@ -191,13 +192,7 @@ class Qwen3ForCausalLM(nn.Module):
             h = layer(h, ctx, kv_layers[i], self.rope)
             if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
                 taps.append(materialised(h))
-        if isinstance(h, Partials):
-            from sparkdec.ops.triton_fused import norm_of
-
-            hidden = norm_of(h, self.model.norm.weight, self.model.norm.eps)[0]
-        else:
-            hidden = self.model.norm(h)
-        return hidden, (torch.cat(taps, dim=-1) if taps else None)
+        return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [R, d] -> float32 logits [R, V]."""
