@@ -9,4 +9,4 @@ timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k 
 grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests.txt | head -8
 timeout 150 python scripts/check_sum_in_norm.py $OUT/check_sum_in_norm.json 2>&1 | tail -3
 env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 200 python scripts/ab_decode.py $OUT/sum_in_norm_ab.json qwen3-4b base \
-    sum_in_norm res_early base#2 sum_in_norm#2 2>&1 | grep "ctx "
+    sum_in_norm sum_in_norm_w16 sum_in_norm_w4 base#2 sum_in_norm#2 2>&1 | grep "ctx "

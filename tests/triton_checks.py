@@ -233,11 +233,11 @@ def check_norm_of_slices():
     from sparkdec.ops.triton_fused import rms_norm as fused_rms_norm
 
     split, tiles, bn, mp, n, m = 3, 4, 64, 8, 200, 5
-    ws = torch.randn(split, tiles, bn, mp)
+    ws = torch.randn(split, tiles, mp, bn)
     res, w = torch.randn(m, n), 1 + 0.1 * torch.randn(n)  # float32: the interpreter's bf16 products are not IEEE
     total = torch.zeros(tiles * bn, mp)
     for sl in range(split):
-        total = total + ws[sl].reshape(tiles * bn, mp)
+        total = total + ws[sl].transpose(1, 2).reshape(tiles * bn, mp)
     h_ref = res + total[:n, :m].T  # [m, n]
     part = Partials(ws.reshape(-1).contiguous(), res, torch.empty(m, n), split, tiles, bn, mp)
     x, h = norm_of(part, w, 1e-6)

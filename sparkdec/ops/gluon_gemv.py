@@ -165,8 +165,10 @@ if AVAILABLE:
         else:  # every slice stores its partial; the tile's last program sums them in slice order
             tile = pid_n
             num_tiles = gl.num_programs(0)
-            part = (gl.arange(0, BN, layout=gl.SliceLayout(1, EL))[:, None] * MP
-                    + gl.arange(0, MP, layout=gl.SliceLayout(0, EL))[None, :])
+            # a slice's tile is stored token row by token row ([MP, BN]): the norm kernel reading one row's
+            # slices (ops/partials.py) then reads whole sectors
+            part = (gl.arange(0, BN, layout=gl.SliceLayout(1, EL))[:, None]
+                    + gl.arange(0, MP, layout=gl.SliceLayout(0, EL))[None, :] * BN)
             gl.store(ws_ptr + (pid_s * num_tiles + tile) * (BN * MP) + part, y)
             if not DEFER:  # DEFER: the next RMSNorm kernel sums the slices (ops/partials.py)
                 _sum_slices(y, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om,
@@ -240,7 +242,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
          defer: bool = False) -> torch.Tensor:
     """The Gluon product into `out` [M, N] (see module docstring); counters: the Triton kernel's split-K arrival
     counters (each tile's last program resets its counter). defer (split_k > 1): only store the slices' partial
-    tiles and return that workspace [split_k, tiles, BN, MP] (ops/partials.py: the next norm kernel sums them)."""
+    tiles and return that workspace [split_k, tiles, MP, BN] (ops/partials.py: the next norm kernel sums them)."""
     bn, bk, stages, xring = cfg
     m, k = x.shape
     n = out.shape[1]

@@ -15,7 +15,7 @@ import torch
 
 @dataclass
 class Partials:
-    ws: torch.Tensor  # fp32 [SPLIT_K, tiles, BN, MP] flattened: slice s, tile t, weight row n, token row m
+    ws: torch.Tensor  # fp32 [SPLIT_K, tiles, MP, BN] flattened: slice s, tile t, token row m, weight row n
     residual: torch.Tensor  # [M, N]: added after the slices' sum is rounded to out's dtype
     out: torch.Tensor  # [M, N]: residual + product, written by the norm kernel that reads these slices
     split_k: int

@@ -40,17 +40,20 @@ def _norm_store(x, w, out_ptr, offs, mask, n, eps):
     tl.store(out_ptr + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+SLICES_WARPS = 8  # warps of the norm kernel that sums a product's slices
+
+
 @triton.jit
 def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stride_r, stride_o, stride_h, tiles,
                             SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
                             PDL: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0)  # NOTE: one program reads the row's SPLIT_K slices (tens of KB): more warps issue faster
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)
     pdl_wait(PDL)
     res = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0)
-    part = (offs // BN) * (BN * MP) + (offs % BN) * MP + row  # element (row, n) of a slice's [tiles, BN, MP]
+    part = (offs // BN) * (BN * MP) + row * BN + offs % BN  # element (row, n) of a slice's [tiles, MP, BN]
     total = tl.zeros([BLOCK], tl.float32)
     for s in tl.static_range(SPLIT_K):  # NOTE: from zero, in slice order: the product's last program's sum
         total += tl.load(ws_ptr + s * (tiles * BN * MP) + part, mask=mask, other=0.0)
@@ -80,7 +83,7 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     out = torch.empty_like(h.out)
     _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),
                                   h.out.stride(0), h.tiles, SPLIT_K=h.split_k, BN=h.bn, MP=h.mp,
-                                  BLOCK=triton.next_power_of_2(n), **pdl_args("norm"))
+                                  BLOCK=triton.next_power_of_2(n), num_warps=SLICES_WARPS, **pdl_args("norm"))
     return out, h.out
 
 
