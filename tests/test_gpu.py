@@ -201,6 +201,29 @@ def test_split_k_slices_summed_by_the_norm_give_the_same_bits():
     from sparkdec.ops import triton_gemm as tg
     from sparkdec.ops.partials import Partials
 
+    from sparkdec.ops.triton_fused import norm_of, rms_norm
+
+    # one product + norm, many rows: norm_of's output and h against the product summing its slices, then rms_norm
+    # (a different reduction layout in the norm flips a few rows' bf16 roundings, which two layers can miss)
+    dev, dt = "cuda", torch.bfloat16
+    saved = tg.SUM_IN_NORM
+    try:
+        for n, k in [(2560, 4096), (2560, 9728)]:
+            w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
+            nw = 1 + 0.1 * torch.randn(n, device=dev, dtype=dt)
+            for seed in range(12):
+                torch.manual_seed(seed)
+                x, r = torch.randn(16, k, device=dev, dtype=dt), torch.randn(16, n, device=dev, dtype=dt)
+                for m in (1, 8, 16):
+                    tg.SUM_IN_NORM = False
+                    h_ref = tg.gemm(x[:m], w, residual=r[:m], partial=True)
+                    tg.SUM_IN_NORM = True
+                    part = tg.gemm(x[:m], w, residual=r[:m], partial=True)
+                    assert isinstance(part, Partials)
+                    got, h = norm_of(part, nw, 1e-6)
+                    assert torch.equal(h, h_ref) and torch.equal(got, rms_norm(h_ref, nw, 1e-6)), (n, seed, m)
+    finally:
+        tg.SUM_IN_NORM = saved
     cfg = replace(SHAPES["qwen3-4b"], num_hidden_layers=2, vocab_size=512)
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(cfg)

@@ -40,14 +40,12 @@ def _norm_store(x, w, out_ptr, offs, mask, n, eps):
     tl.store(out_ptr + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-SLICES_WARPS = 8  # warps of the norm kernel that sums a product's slices
-
-
 @triton.jit
 def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stride_r, stride_o, stride_h, tiles,
                             SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
                             PDL: tl.constexpr):
-    row = tl.program_id(0)  # NOTE: one program reads the row's SPLIT_K slices (tens of KB): more warps issue faster
+    # NOTE: the warps (4, Triton's default) are _rms_norm_kernel's: they set the sum of squares' reduction order
+    row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)
@@ -83,7 +81,7 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     out = torch.empty_like(h.out)
     _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),
                                   h.out.stride(0), h.tiles, SPLIT_K=h.split_k, BN=h.bn, MP=h.mp,
-                                  BLOCK=triton.next_power_of_2(n), num_warps=SLICES_WARPS, **pdl_args("norm"))
+                                  BLOCK=triton.next_power_of_2(n), **pdl_args("norm"))
     return out, h.out
 
 
