@@ -405,7 +405,7 @@ def test_persistent_mlp_gives_the_two_products_bits():
     two products' bits for 1-16 rows, launch after launch (the launch leaves its counters at zero)."""
     from sparkdec.ops import gluon_mlp
     from sparkdec.ops import triton_gemm as tg
-    from sparkdec.ops.triton_fused import rms_norm
+    from sparkdec.ops.triton_fused import norm_of, rms_norm
 
     if not gluon_mlp.gg.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon path runs on sm_90 with triton 3.6")
@@ -418,7 +418,7 @@ def test_persistent_mlp_gives_the_two_products_bits():
     try:
         for m in (1, 5, 8, 9, 16):
             tg.FUSED_MLP = False
-            want = tg.mlp(h[:m], w_gu, w_dn, norm)
+            want = norm_of(tg.mlp(h[:m], w_gu, w_dn, norm), *norm)[1]  # summed here if SUM_IN_NORM left slices
             tg.FUSED_MLP = True
             x = rms_norm(h[:m], *norm)
             assert gluon_mlp.supports(x, w_gu, w_dn, tg.split_k_of(*w_gu.shape), tg.split_k_of(*w_dn.shape))

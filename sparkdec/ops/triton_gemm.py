@@ -45,9 +45,11 @@ PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
 FUSED_MLP = False
 # the o and down products (split-K, + residual) of a Gluon launch leave their slices unsummed for the RMSNorm kernel
-# after them (ops/partials.py; gemm(..., partial=True)), which sums them as the product's last program would.
-# SPARKDEC_SUM_IN_NORM=1 turns it on (read at every launch: A/B runs patch it)
-SUM_IN_NORM = flag("SPARKDEC_SUM_IN_NORM", False)
+# after them (ops/partials.py; gemm(..., partial=True)), which sums them as the product's last program would (same
+# tokens, plain and speculative). H200, 4B shape, ctx 1k, decode graph replay 2.875/2.885 -> 2.731/2.732 ms at 1 row,
+# 3.072 -> 2.905 at 8 (sum_in_norm_ab_h200_2026-11-30.json). SPARKDEC_SUM_IN_NORM=0 turns it off (read at every
+# launch: A/B runs patch it)
+SUM_IN_NORM = flag("SPARKDEC_SUM_IN_NORM", True)
 
 
 def pdl_mode(kind: str | None = None) -> int:
