@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
 from sparkdec import LLM, SamplingParams
+from sparkdec.bench import provenance
 from sparkdec.engine.llm_engine import DEFAULT_PAIR
 from sparkdec.spec import coupling
 
@@ -59,7 +59,7 @@ def main() -> None:
                 "tokens_per_s": sum(len(o.token_ids) for o in outs) / statistics.median(times), "seconds": times,
                 "same_tokens_as_plain": [o.token_ids for o in outs] == ref}
             print(name, "coupled" if coupled else "argmax", runs[name]["coupled" if coupled else "argmax"], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'x86_64'})",
               "date": time.strftime("%Y-%m-%d"), "commit": commit, "command": " ".join(["python"] + sys.argv),
               "configuration": "shipped tiny pair, accept exact, 8 prompts batched, 64 tokens, seeds 11..18",

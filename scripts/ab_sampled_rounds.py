@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
 from sparkdec import LLM, SamplingParams
+from sparkdec.bench import provenance
 from sparkdec.bench.kernels import make_engine, sampled_rounds
 from sparkdec.bench.shapes import random_models
 from sparkdec.engine.llm_engine import DEFAULT_PAIR
@@ -65,7 +65,7 @@ def tiny_runs() -> dict:
 
 
 def main() -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     result = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "commit": commit,
               "command": " ".join(["python"] + sys.argv),
               "configuration": "exact accept; 4B: random bf16 weights, released-shape drafter, ctx 1024, batch 1, "

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
 from sparkdec import LLM, SamplingParams
+from sparkdec.bench import provenance
 
 PROMPTS = ["Once upon a time", "The cat", "Hello there", "In a small village", "The weather today",
            "My favourite food", "A long road", "The king said"]
@@ -37,7 +37,7 @@ def main() -> None:
                         "mean_acceptance_length": statistics.mean(o.stats["mean_acceptance_length"] for o in outs),
                         "profile_ms": dict(zip(costs.counts, costs.ms)) if costs else None}
         print(policy, {k: v for k, v in runs[policy].items() if k != "profile_ms"})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'x86_64'})",
               "date": time.strftime("%Y-%m-%d"), "commit": commit, "command": " ".join(["python"] + sys.argv),
               "prompts": len(PROMPTS), "max_tokens": 64, "runs": runs, "same_tokens": tokens["full"] == tokens["batch"]}

@@ -4,24 +4,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 
-
-def _commit() -> str:
-    import os
-
-    if os.environ.get("SPARKDEC_COMMIT"):  # a copied tree without its git history (the device) is told its commit
-        return os.environ["SPARKDEC_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
+from sparkdec.bench.provenance import commit
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     from sparkdec.bench.kernels import main
 
-    meta = dict(date=datetime.date.today().isoformat(), commit=_commit(), command="sparkdec bench kernels "
+    meta = dict(date=datetime.date.today().isoformat(), commit=commit(), command="sparkdec bench kernels "
                 f"--shapes {args.shapes} --contexts {args.contexts}")
 
     def save(res: dict) -> None:  # after every shape/context, so a run cut short keeps what it measured
@@ -43,7 +33,7 @@ def cmd_speed(args: argparse.Namespace, engine_kwargs) -> int:
     kw = engine_kwargs(args)
     kw.pop("max_num_seqs"), kw.pop("speculative")
     res = main(kw, args.prompts, [int(c) for c in args.concurrency.split(",")], args.max_tokens, args.temperature, args.seed)
-    res.update(date=datetime.date.today().isoformat(), commit=_commit(), model=args.model or "sparkdec-tiny",
+    res.update(date=datetime.date.today().isoformat(), commit=commit(), model=args.model or "sparkdec-tiny",
                draft=args.draft or "default")
     if args.out:
         with open(args.out, "w") as f:
