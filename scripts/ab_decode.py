@@ -128,10 +128,11 @@ VARIANTS["fused_mlp_s8"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "STAGE
 # session 12: the persistent MLP on a grid that balances its task lists (304 gate_up tiles, 160 down tasks for the 4B)
 for _g in (152, 160, 208):
     VARIANTS[f"fused_mlp_g{_g}"] = {(triton_gemm, "FUSED_MLP"): True, (gluon_mlp, "GRID"): _g}
-# session 14: the o and down products leave their split-K slices to the RMSNorm kernel after them (ops/partials.py);
-# the products with a residual load it right after their PDL wait instead of in the last program's tail
+# session 14: the o and down products leave their split-K slices to the RMSNorm kernel after them (ops/partials.py;
+# shipped on; "sum_off" is the old finish). The residual loaded right after the products' PDL wait instead of in the
+# last program's tail made no difference (2.824 vs 2.825 ms, sum_in_norm_first_layout_ab_*), removed
 VARIANTS["sum_in_norm"] = {(triton_gemm, "SUM_IN_NORM"): True}
-VARIANTS["res_early"] = {(gluon_gemv, "RESIDUAL_EARLY"): True}
+VARIANTS["sum_off"] = {(triton_gemm, "SUM_IN_NORM"): False}
 # (session 14: the slices' norm kernel on 8 or 16 warps was no faster than on 4, and its sum of squares then took
 # another order than the plain norm kernel's: other bits)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"

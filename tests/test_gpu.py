@@ -168,9 +168,8 @@ def test_gluon_products_give_the_triton_kernels_bits():
             x = torch.randn(16, k + 64, device=dev, dtype=dt)[:, 32:32 + k]  # rows strided, 64-byte offset
             r = torch.randn(16, n, device=dev, dtype=dt)
             tiles = [tuple(cfg)] + ([(cfg[0], cfg[1], cfg[2], 1 - cfg[3])] if n == 6144 else [])
-            for tile, early in [(t, False) for t in tiles] + [(tiles[0], True)]:  # early: residual after the wait
+            for tile in tiles:
                 gg.CONFIGS[(n, k)] = tile
-                gg.RESIDUAL_EARLY = early
                 for kw in ({}, {"silu": True}, {"residual": r}, {"out_dtype": torch.float32}):
                     for m in (1, 8, 9, 16):
                         kw_m = {**kw, "residual": r[:m]} if "residual" in kw else kw
@@ -183,7 +182,6 @@ def test_gluon_products_give_the_triton_kernels_bits():
         assert int(tg._COUNTERS[torch.device("cuda", 0)].abs().sum()) == 0
     finally:
         tg.GLUON = True
-        gg.RESIDUAL_EARLY = False
         gg.CONFIGS.clear()
         gg.CONFIGS.update(saved)
 

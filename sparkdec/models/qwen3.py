@@ -127,9 +127,9 @@ class Qwen3DecoderLayer(nn.Module):
     def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
         gate_up+SiLU, down+residual), each row batch-invariant. Takes and returns h as a tensor or, with
-        triton_gemm.SUM_IN_NORM, as a product's unsummed slices that the next norm kernel sums (ops/partials.py). The norm kernel runs first (gemm(norm=...));
-        folding the norms into the Triton and Gluon products, and the q/k norm + RoPE into the attention split kernel,
-        were measured slower on the H200."""
+        triton_gemm.SUM_IN_NORM, as a product's unsummed slices that the next norm kernel sums (ops/partials.py).
+        Folding the norms into the Triton and Gluon products, and the q/k norm + RoPE into the attention split
+        kernel, were measured slower on the H200."""
         from sparkdec.ops.triton_fused import norm_of, qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
         from sparkdec.ops.triton_gemm import mlp as mlp_block

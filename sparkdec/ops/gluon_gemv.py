@@ -47,19 +47,9 @@ if AVAILABLE:
         gl.thread_barrier()
 
     @gluon.jit
-    def _residual_tile(res_ptr, M, N, pid_n, stride_rm, BN: gl.constexpr, MP: gl.constexpr, EL: gl.constexpr):
-        """res[m, pid_n * BN + n] as a [BN, MP] tile in layout EL (zeros outside M x N)."""
-        n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, EL))
-        m = gl.arange(0, MP, layout=gl.SliceLayout(0, EL))
-        mask = (n < N)[:, None] & (m < M)[None, :]
-        return gl.load(res_ptr + m[None, :] * stride_rm + n[:, None], mask=mask, other=0.0)
-
-    @gluon.jit
     def _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU: gl.constexpr, RESIDUAL: gl.constexpr,
-                  BN: gl.constexpr, MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr, r_early=0,
-                  EARLY: gl.constexpr = False):
-        """y [BN, MP] fp32 (weight rows x token rows) -> out[m, n]: the Triton kernel's epilogue, transposed.
-        EARLY: the residual tile was loaded before (r_early, _residual_tile's layout EL)."""
+                  BN: gl.constexpr, MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
+        """y [BN, MP] fp32 (weight rows x token rows) -> out[m, n]: the Triton kernel's epilogue, transposed."""
         if SILU:  # weight rows interleave gate and up: g0, u0, g1, u1, ...
             gate, up = gl.split(gl.permute(gl.reshape(y, [BN // 2, 2, MP]), [0, 2, 1]))  # [BN/2, MP] each
             g = gate.to(DT).to(gl.float32)
@@ -73,10 +63,7 @@ if AVAILABLE:
         m = gl.arange(0, MP, layout=gl.SliceLayout(0, vl))
         mask = (n < N)[:, None] & (m < M)[None, :]
         if RESIDUAL:
-            if EARLY:
-                r = r_early
-            else:
-                r = gl.load(res_ptr + m[None, :] * stride_rm + n[:, None], mask=mask, other=0.0)
+            r = gl.load(res_ptr + m[None, :] * stride_rm + n[:, None], mask=mask, other=0.0)
             v = (r.to(gl.float32) + v.to(gl.float32)).to(DT)
         gl.store(out_ptr + m[None, :] * stride_om + n[:, None], v.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -89,7 +76,7 @@ if AVAILABLE:
     @gluon.jit
     def _sum_slices(y, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om, stride_rm,
                     SILU: gl.constexpr, RESIDUAL: gl.constexpr, SPLIT_K: gl.constexpr, BN: gl.constexpr,
-                    MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr, r_early, EARLY: gl.constexpr):
+                    MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
         """After this slice's partial is stored: the tile's last program sums the slices in slice order."""
         gl.thread_barrier()
         arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
@@ -98,16 +85,14 @@ if AVAILABLE:
             for sl in range(0, SPLIT_K):
                 total += gl.load(ws_ptr + (sl * num_tiles + tile) * (BN * MP) + part, cache_modifier=".cg")
             gl.atomic_xchg(cnt_ptr + tile, 0)
-            _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL,
-                      DT, r_early, EARLY)
+            _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
 
 
     @gluon.jit
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, EARLY: gl.constexpr, DEFER: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -134,11 +119,6 @@ if AVAILABLE:
         else:  # the program's whole x slice, loaded once
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
             _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
-        EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
-        if RESIDUAL and EARLY:  # the residual is ready now: its load leaves the tail of the tile's last program
-            r_early = _residual_tile(res_ptr, M, N, pid_n, stride_rm, BN, MP, EL)
-        else:
-            r_early = 0
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, MP, 16])
         acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
@@ -157,11 +137,11 @@ if AVAILABLE:
             gdc_launch_dependents()
         for j in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(j))
+        EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
         y = gl.convert_layout(acc, EL)  # [BN, MP]
         DT: gl.constexpr = x_ptr.dtype.element_ty
         if SPLIT_K == 1:
-            _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT, r_early,
-                      EARLY)
+            _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
         else:  # every slice stores its partial; the tile's last program sums them in slice order
             tile = pid_n
             num_tiles = gl.num_programs(0)
@@ -172,7 +152,7 @@ if AVAILABLE:
             gl.store(ws_ptr + (pid_s * num_tiles + tile) * (BN * MP) + part, y)
             if not DEFER:  # DEFER: the next RMSNorm kernel sums the slices (ops/partials.py)
                 _sum_slices(y, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om,
-                            stride_rm, SILU, RESIDUAL, SPLIT_K, BN, MP, EL, DT, r_early, EARLY)
+                            stride_rm, SILU, RESIDUAL, SPLIT_K, BN, MP, EL, DT)
 
 
 # (weight rows, K) -> (BN, BK, STAGES, XRING) of the Gluon product: tile, ring depth and where x lives (XRING 1: its
@@ -183,9 +163,6 @@ CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 # (weight rows, K) -> weight tiles a program requests before its PDL wait (default: the whole ring). Fewer keep HBM
 # free for the kernel it overlaps (A/B: scripts/ab_decode.py)
 PREFETCH: dict[tuple[int, int], int] = {}
-# products with a residual load it right after the PDL wait rather than in the tile's last program's tail (same bits;
-# A/B: scripts/ab_decode.py res_early)
-RESIDUAL_EARLY = False
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -256,7 +233,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), EARLY=RESIDUAL_EARLY and not defer, DEFER=defer, num_warps=4, **extra)
+                                   XRING=bool(xring), DEFER=defer, num_warps=4, **extra)
     return ws if defer else out
 
 
