@@ -96,7 +96,7 @@ def test_triton_attention_matches_reference_in_interpreter():
 
 
 def test_triton_gemm_rope_and_fused_layer_match_reference_in_interpreter():
-    """tests/triton_checks.py under Triton's interpreter: the batch-invariant GEMM (plain, norm prologue, SiLU and
+    """tests/triton_checks.py under Triton's interpreter: the batch-invariant GEMM (plain, SiLU and
     residual epilogues; rows equal for every M), the q/k norm + RoPE + KV store kernel, and a whole fused
     decoder layer against the reference layer."""
     import os

@@ -253,14 +253,12 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
-         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-         norm: tuple[torch.Tensor, float] | None = None, partial: bool = False):
+         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
-    than x's gets that rounding too. norm (weight, eps): the product of RMSNorm(x): the norm kernel
-    (ops/triton_fused.rms_norm) runs first, then the product. partial (with a residual): where SUM_IN_NORM holds
+    than x's gets that rounding too. partial (with a residual): where SUM_IN_NORM holds
     and a split-K Gluon launch runs it, return its unsummed slices (ops/partials.Partials, for the next norm
     kernel) instead of the tensor."""
     m, k = x.shape
@@ -274,10 +272,6 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if m == 0:
         return out
     res = residual if residual is not None else out
-    if norm is not None:
-        from sparkdec.ops.triton_fused import rms_norm
-
-        x = rms_norm(x, norm[0], norm[1])
     gluon_cfg = gluon_gemv.supports(x, weight, split_k) if GLUON else None
     if gluon_cfg is not None:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
