@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Device end run for the next session (~6-7 minutes; the first call on a cold machine adds ~1; the per-call limit
-# is 600 s, so run step 2 as its own call if the first takes long).
-# usage (device tool): SPARKDEC_COMMIT=<hash> bash scripts/device_next.sh
-# 1. scripts/device_s10h.sh: the whole GPU suite (now with a 330 s limit) and the 4B kernel bench at 1k and 8k.
-# 2. The batch verify policy (Algorithm 1) on the tiny pair with CUDA graphs: full block against batch at 8 prompts
-#    (CPU: 5-34% more tokens/s, verify_policy_ab_cpu_tiny_2026-11-30.json; on a GPU the graph tiers make the cost a
-#    staircase)
+# Device runs for the next session (session 14 ended with no device time to re-run the GPU suite on its last three
+# commits: RESIDUAL_EARLY and gemm's norm= removed, provenance helper; behaviour unchanged, compile-tested on CPU).
+# usage (device tool): bash scripts/device_next.sh 1   then   bash scripts/device_next.sh 2   (each < 600 s)
+# 1. the whole GPU suite, then the 4B kernel bench at 1k and 8k (scripts/device_s10h.sh)
+# 2. where a decode layer's time goes now that the split-K sums run in the next RMSNorm: the kernel timeline of the
+#    decode, verify and propose graphs, and the ablation (attention chain removed, timing only)
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
-bash scripts/device_s10h.sh
-PYTHONPATH=$PWD timeout 120 python scripts/ab_verify_policy.py $OUT/verify_policy_ab.json cuda 2>&1 | tail -3
+if [ "${1:-1}" = 1 ]; then
+  bash scripts/device_s10h.sh
+else
+  timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
+  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_ablate.py $OUT/ablation.json qwen3-4b base \
+    no_combine no_attention no_rope_attention sum_off base#2 2>&1 | grep "ctx "
+fi
