@@ -218,14 +218,23 @@ def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_po
 
 def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """probs [..., V] -> bool [..., V]: the tokens outside the smallest set, in descending probability (ties to the
-    smaller id), whose mass reaches top_p. Each row's set never depends on the other rows of the call: sort and
-    softmax give every row the same bits either way, and the scan is one a row gets alone too."""
+    smaller id), whose mass reaches top_p: every token from the first whose sorted mass before it reaches top_p on.
+    Each row's set never depends on the other rows of the call: sort and softmax give every row the same bits
+    either way, and the scan is one a row gets alone too."""
     sorted_p, idx = torch.sort(probs, descending=True, stable=True)
     rows, ids = sorted_p.reshape(-1, sorted_p.shape[-1]), idx.reshape(-1, idx.shape[-1])  # [R, V]
     if rows.is_cuda:  # NOTE: not torch.cumsum: CUDA scans a lone row and a batch of rows with different bits
-        from sparkdec.ops.triton_top_p import drop_mask
+        from sparkdec.ops.triton_top_p import mass_reached
 
-        return drop_mask(rows, ids, top_p).view(probs.shape)
-    mass = torch.cumsum(rows, dim=-1)  # the CPU scans each row on its own, in order
-    drop = (mass - rows) >= top_p
-    return torch.zeros_like(drop).scatter_(-1, ids, drop).view(probs.shape)
+        past = mass_reached(rows, top_p)
+    else:  # the CPU scans each row on its own, in order
+        past = ((torch.cumsum(rows, dim=-1) - rows) >= top_p).to(torch.uint8)
+    return suffix_drop(past, ids).view(probs.shape)
+
+
+def suffix_drop(past: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """past [R, V] uint8 in sorted order (the mass before an entry reaches top_p), ids [R, V] (the token of each
+    sorted entry) -> bool [R, V] by token id: every token from the first past entry on. (cummax is exact, so
+    batch-invariant; rounding can make the test flicker near top_p, which must not leave holes in the kept set.)"""
+    drop = past.cummax(dim=-1).values.bool()
+    return torch.empty_like(drop).scatter_(-1, ids, drop)

@@ -261,9 +261,15 @@ def agrees_with_float64(got: torch.Tensor, probs: torch.Tensor, top_p: float, to
 
 
 def check_top_p_drop():
-    """ops/triton_top_p.py: the kept set of a float64 scan (rows whose boundary is not within float32 rounding), for
-    a vocabulary of one chunk and of several with a partial last chunk; a row alone gets its bits in any batch."""
-    from sparkdec.ops.triton_top_p import drop_mask
+    """ops/triton_top_p.py + sampling.suffix_drop: the kept set of a float64 scan up to tokens within rounding of the
+    boundary, for a vocabulary of one chunk and of several with a partial last chunk; a row alone gets its bits in
+    any batch; and the kept set is a prefix of the sorted order even where rounding makes the test flicker at a
+    chunk boundary (tail probabilities below one float32 step of the mass, top_p right there)."""
+    from sparkdec.ops.triton_top_p import mass_reached
+    from sparkdec.sampling import suffix_drop
+
+    def drop_mask(sorted_p, idx, top_p):
+        return suffix_drop(mass_reached(sorted_p, top_p), idx)
 
     for v, top_p in ((700, 0.9), (5000, 0.95), (5000, 0.5)):
         probs = torch.softmax(torch.randn(6, v) * 3, dim=-1)
@@ -273,7 +279,18 @@ def check_top_p_drop():
         assert 0 < int((~got).sum(-1).min()) and int((~got).sum(-1).max()) < v  # both kinds occur
         for r in range(6):
             assert torch.equal(drop_mask(sorted_p[r:r + 1], idx[r:r + 1], top_p)[0], got[r])
-
+    gen = torch.Generator().manual_seed(1)
+    head = torch.rand(8, 2048, generator=gen, dtype=torch.float64) ** 8 + 1e-3
+    tail = 3e-8 * torch.rand(8, 2048, generator=gen, dtype=torch.float64)
+    probs = torch.cat([head / head.sum(-1, keepdim=True) * (1 - tail.sum(-1, keepdim=True)), tail], -1).float()
+    sorted_p, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
+    flickers = 0
+    for top_p in torch.cumsum(sorted_p[0], 0)[2044:2052].tolist():
+        past = mass_reached(sorted_p, top_p)
+        flickers += int((past != past.cummax(-1).values).any(-1).sum())
+        kept = ~suffix_drop(past, idx).gather(-1, idx)  # in sorted order
+        assert torch.equal(kept, kept.cummin(-1).values)  # a prefix: no kept entry after a dropped one
+    assert flickers  # the case the closure is there for did occur (19 rows of 64 when written)
 
 if __name__ == "__main__":
     torch.manual_seed(0)

@@ -148,6 +148,7 @@ class Qwen3DecoderLayer(nn.Module):
         if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:
             return self._fused_forward(h, ctx, kv, rope)
         attn = self.self_attn(self.input_layernorm(h), ctx, kv, rope)
+        h = materialised(h)  # a fused layer before this one may hand on slices: the norm above summed them
         if h.is_cuda:
             from sparkdec.ops.triton_fused import rms_norm as fused_norm
 

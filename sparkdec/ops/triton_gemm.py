@@ -276,7 +276,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if gluon_cfg is not None:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
-        defer = partial and SUM_IN_NORM and split_k > 1 and residual is not None and out.dtype == x.dtype
+        defer = (partial and SUM_IN_NORM and split_k > 1 and residual is not None and not silu
+                 and out.dtype == x.dtype)
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
                               pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
