@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device runs for the next session (session 14 ended with no device time to re-run the GPU suite on its last three
-# commits: RESIDUAL_EARLY and gemm's norm= removed, provenance helper; behaviour unchanged, compile-tested on CPU).
+# Device runs for the next session. Session 14 ended with no device time for its last commits: the top-p kept set
+# closed to a suffix (sampling.suffix_drop), RESIDUAL_EARLY and gemm's norm= removed, the provenance helper; CPU
+# tests and sm_90 compiles only.
 # usage (device tool): bash scripts/device_next.sh 1   then   bash scripts/device_next.sh 2   (each < 600 s)
 # 1. the whole GPU suite, then the 4B kernel bench at 1k and 8k (scripts/device_s10h.sh)
 # 2. where a decode layer's time goes now that the split-K sums run in the next RMSNorm: the kernel timeline of the
