@@ -74,7 +74,7 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
-    def _sum_slices(y, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om, stride_rm,
+    def _sum_slices(out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om, stride_rm,
                     SILU: gl.constexpr, RESIDUAL: gl.constexpr, SPLIT_K: gl.constexpr, BN: gl.constexpr,
                     MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
         """After this slice's partial is stored: the tile's last program sums the slices in slice order."""
@@ -86,7 +86,6 @@ if AVAILABLE:
                 total += gl.load(ws_ptr + (sl * num_tiles + tile) * (BN * MP) + part, cache_modifier=".cg")
             gl.atomic_xchg(cnt_ptr + tile, 0)
             _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
-
 
     @gluon.jit
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
@@ -151,7 +150,7 @@ if AVAILABLE:
                     + gl.arange(0, MP, layout=gl.SliceLayout(0, EL))[None, :] * BN)
             gl.store(ws_ptr + (pid_s * num_tiles + tile) * (BN * MP) + part, y)
             if not DEFER:  # DEFER: the next RMSNorm kernel sums the slices (ops/partials.py)
-                _sum_slices(y, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om,
+                _sum_slices(out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om,
                             stride_rm, SILU, RESIDUAL, SPLIT_K, BN, MP, EL, DT)
 
 
