@@ -135,6 +135,16 @@ VARIANTS["sum_in_norm"] = {(triton_gemm, "SUM_IN_NORM"): True}
 VARIANTS["sum_off"] = {(triton_gemm, "SUM_IN_NORM"): False}
 # (session 14: the slices' norm kernel on 8 or 16 warps was no faster than on 4, and its sum of squares then took
 # another order than the plain norm kernel's: other bits)
+# session 15: the RMSNorm after o took 6.9 us after o ended against 3.3 after down (graph_timeline_*_session15):
+# gate_up's ring fill (19.5 MB) floods HBM while it runs. Weight tiles gate_up / qkv request before their PDL wait,
+# and the norms letting the next kernel launch only at their end
+for _p in (0, 1, 2):
+    VARIANTS[f"gu_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: _p}}
+    VARIANTS[f"qkv_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {QKV: _p}}
+VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}
+# session 15: the post-o norm and the combine asking for 100-200 KB of shared memory they do not use, so that no
+# product program filling its ring shares their SM: no change at 1 row, 8 rows slower (code removed;
+# exclusive_sm_ab_h200_2026-11-30_session15.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 
