@@ -146,11 +146,8 @@ VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "
 # product program filling its ring shares their SM: no change at 1 row, 8 rows slower (code removed;
 # exclusive_sm_ab_h200_2026-11-30_session15.json)
 # session 15: the split kernel's page ids for its first step loaded before the PDL wait; a lone decode row's query
-# tile 16 on 1 warp (each row keeps the 64-row tile's per-warp layout) or 32 on 2 warps
-VARIANTS["pages_early"] = {(triton_attention, "PAGES_EARLY"): True}
-VARIANTS["qt16_w1"] = {(triton_attention, "QUERY_TILE_ONE_ROW"): 16, (triton_attention, "SPLIT_WARPS_ONE_ROW"): 1}
-VARIANTS["qt32_w2"] = {(triton_attention, "QUERY_TILE_ONE_ROW"): 32, (triton_attention, "SPLIT_WARPS_ONE_ROW"): 2}
-VARIANTS["qt16_w1_pages"] = {**VARIANTS["qt16_w1"], **VARIANTS["pages_early"]}
+# tile 16 on 1 warp or 32 on 2 (same bits as the 64-row tile: one warp per 16 rows keeps each row's layout): all
+# slower, removed (split_tile_pages_early_ab_h200_2026-11-30_session15.json; the code is in commit 19132a0)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

@@ -75,12 +75,6 @@ assert torch.allclose(coarse, ref, atol=1e-5, rtol=1e-5)
 ta.COMBINE_UNROLL = not ta.COMBINE_UNROLL  # the combine's chunk loops unrolled or not: the same operations
 assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
                                           d ** -0.5), coarse)
-ta.PAGES_EARLY, ta.QUERY_TILE_ONE_ROW, ta.SPLIT_WARPS_ONE_ROW = True, 16, 1  # a lone row's small tile; early pages
-for r in (3, 9, 10):
-    one = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps, 2200, d ** -0.5)
-    assert torch.allclose(triton_paged_attention(*one), ref[r:r + 1], atol=1e-5, rtol=1e-5), r
-assert torch.allclose(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
-                                             d ** -0.5, blocks=blocks), ref, atol=1e-5, rtol=1e-5)
 print("ok")
 """
 

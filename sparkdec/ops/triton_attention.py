@@ -34,13 +34,6 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
-# a lone decode row's query tile and warps (None: QUERY_TILE, SPLIT_WARPS). One warp per 16 tile rows keeps each
-# row's layout (and so its bits) that of the 64-row tile on 4 warps (tests/test_gpu.py checks it)
-QUERY_TILE_ONE_ROW = None
-SPLIT_WARPS_ONE_ROW = None
-# the page ids of a program's first step loaded before its PDL wait (block tables and kv lengths are staged before
-# the forward)
-PAGES_EARLY = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -51,15 +44,12 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
-                  PAGES_EARLY: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
     # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
-    pages0 = first_pages(bt_ptr, len_ptr, lead, n_rows, has_block, seq, stride_bt, page_size, SPLIT_N, FINE_N,
-                         FINE_SPLITS, BLOCK, PAGES_EARLY)
     pdl_wait(PDL)
     if has_block:
         # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
@@ -76,32 +66,15 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                start, steps, d, dm, pages0, PAGES_EARLY and pas == 0 and j == 0, ROWS * GROUP_PAD, D,
-                                D_PAD, BLOCK, SPLIT_N // BLOCK)
+                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
     pdl_release(PDL)
 
 
 @triton.jit
-def first_pages(bt_ptr, len_ptr, lead, n_rows, has_block, seq, stride_bt, page_size, SPLIT_N: tl.constexpr,
-                FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, BLOCK: tl.constexpr, EARLY: tl.constexpr):
-    """EARLY: the page ids of the first step of this program's first split [BLOCK] (the block's last row sees the
-    most keys); else zeros, unused. Staged before the forward: safe to read before the PDL wait."""
-    pos = split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) + tl.arange(0, BLOCK)
-    if EARLY:
-        last_len = tl.load(len_ptr + tl.maximum(lead + n_rows - 1, 0), mask=has_block, other=0)
-        return tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=has_block & (pos < last_len), other=0)
-    return tl.zeros([BLOCK], tl.int64)
-
-
-@triton.jit
-def load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos, keep, d, dm, pages,
-              USE_PAGES):
+def load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos, keep, d, dm):
     """Keys and values at positions pos (a step) of one sequence for kv head kvh, [BLOCK, D_PAD] each; rows where
-    keep is false are zeros and read nothing. USE_PAGES: their page ids are `pages` (loaded early)."""
-    if USE_PAGES:
-        page = pages
-    else:
-        page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
+    keep is false are zeros and read nothing."""
+    page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
     slot = page.to(tl.int64) * page_size + pos % page_size
     kv_mask = keep[:, None] & dm[None, :]
     k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
@@ -158,9 +131,8 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 
 @triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
-                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm, pages0,
-                first, QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr,
-                MAX_STEPS: tl.constexpr):
+                stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
     workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
@@ -170,7 +142,7 @@ def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr,
         if i < steps:
             pos = start + i * BLOCK + tl.arange(0, BLOCK)
             k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
-                             pos < max_len, d, dm, pages0, first and i == 0)
+                             pos < max_len, d, dm)
             m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
@@ -339,15 +311,12 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     acc = torch.empty(t * hq * splits * d, dtype=torch.float32, device=q.device)
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     lead, rows = blocks
-    one_row = t == 1
-    query_tile = QUERY_TILE_ONE_ROW if one_row and QUERY_TILE_ONE_ROW else QUERY_TILE
-    warps = SPLIT_WARPS_ONE_ROW if one_row and SPLIT_WARPS_ONE_ROW else SPLIT_WARPS
-    rows_per_pass = max(1, query_tile // group_pad)
+    rows_per_pass = max(1, QUERY_TILE // group_pad)
     _split_kernel[(lead.shape[0], hkv, programs)](
         q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
         GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
         D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=iters, PAGES_EARLY=PAGES_EARLY, num_warps=warps,
+        ITERS=iters, num_warps=SPLIT_WARPS,
         **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
     combine(acc, ml, row_kv_len, out, splits, fine)

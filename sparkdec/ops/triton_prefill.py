@@ -40,7 +40,7 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nro
                 if j * BLOCK < max_len:
                     pos = j * BLOCK + tl.arange(0, BLOCK)
                     k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq,
-                                     pos, pos < max_len, d, dm, pos, False)
+                                     pos, pos < max_len, d, dm)
                     m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
             out = acc / tl.where(live, l_i, 1.0)[:, None]
             tl.store(out_ptr + row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
