@@ -266,10 +266,14 @@ def check_top_p_drop():
     any batch; and the kept set is a prefix of the sorted order even where rounding makes the test flicker at a
     chunk boundary (tail probabilities below one float32 step of the mass, top_p right there)."""
     from sparkdec.ops.triton_top_p import mass_reached
-    from sparkdec.sampling import suffix_drop
+    from sparkdec.sampling import after_first_past, suffix_drop
 
     def drop_mask(sorted_p, idx, top_p):
-        return suffix_drop(mass_reached(sorted_p, top_p), idx)
+        past = mass_reached(sorted_p, top_p)
+        ref = suffix_drop(past, idx)
+        assert torch.equal(after_first_past(past, sorted_p, idx, torch.empty_like(sorted_p).scatter_(-1, idx, sorted_p)),
+                           ref)  # the shipped mask (no scan, no scatter) is the reference's
+        return ref
 
     for v, top_p in ((700, 0.9), (5000, 0.95), (5000, 0.5)):
         probs = torch.softmax(torch.randn(6, v) * 3, dim=-1)
@@ -289,6 +293,8 @@ def check_top_p_drop():
         past = mass_reached(sorted_p, top_p)
         flickers += int((past != past.cummax(-1).values).any(-1).sum())
         kept = ~suffix_drop(past, idx).gather(-1, idx)  # in sorted order
+        probs_by_id = torch.empty_like(sorted_p).scatter_(-1, idx, sorted_p)
+        assert torch.equal(after_first_past(past, sorted_p, idx, probs_by_id), suffix_drop(past, idx))
         assert torch.equal(kept, kept.cummin(-1).values)  # a prefix: no kept entry after a dropped one
     assert flickers  # the case the closure is there for did occur (19 rows of 64 when written)
 
