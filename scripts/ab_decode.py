@@ -19,7 +19,7 @@ import torch
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
-from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_fused, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -148,6 +148,9 @@ VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "
 # session 15: the split kernel's page ids for its first step loaded before the PDL wait; a lone decode row's query
 # tile 16 on 1 warp or 32 on 2 (same bits as the 64-row tile: one warp per 16 rows keeps each row's layout): all
 # slower, removed (split_tile_pages_early_ab_h200_2026-11-30_session15.json; the code is in commit 19132a0)
+# session 15: the slices' norm reading its residual (an HBM miss) before its PDL wait: the post-o norm's body took
+# 6.8 us after its wait against 3.2 for the post-down one, while gate_up's ring fill floods HBM
+VARIANTS["res_early"] = {(triton_fused, "RES_EARLY"): True}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

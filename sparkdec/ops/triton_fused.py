@@ -40,17 +40,26 @@ def _norm_store(x, w, out_ptr, offs, mask, n, eps):
     tl.store(out_ptr + offs, (w * y).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+# the slices' norm reads its residual before its PDL wait. Safe where PDL triggers no earlier than after a kernel's
+# own wait (modes 1 and 2): by the time the product launches this kernel, every kernel before the product has
+# finished, and the residual (the layer's input, or the attention's sum) was written by one of those
+RES_EARLY = False
+
+
 @triton.jit
 def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stride_r, stride_o, stride_h, tiles,
                             SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
-                            PDL: tl.constexpr):
+                            PDL: tl.constexpr, RES_EARLY: tl.constexpr):
     # NOTE: the warps (4, Triton's default) are _rms_norm_kernel's: they set the sum of squares' reduction order
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    if RES_EARLY:  # the residual was written kernels before the product (see RES_EARLY): read it while that drains
+        res = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0)
     pdl_wait(PDL)
-    res = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0)
+    if not RES_EARLY:
+        res = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0)
     part = (offs // BN) * (BN * MP) + row * BN + offs % BN  # element (row, n) of a slice's [tiles, MP, BN]
     total = tl.zeros([BLOCK], tl.float32)
     for s in tl.static_range(SPLIT_K):  # NOTE: from zero, in slice order: the product's last program's sum
@@ -81,7 +90,7 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     out = torch.empty_like(h.out)
     _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),
                                   h.out.stride(0), h.tiles, SPLIT_K=h.split_k, BN=h.bn, MP=h.mp,
-                                  BLOCK=triton.next_power_of_2(n), **pdl_args("norm"))
+                                  BLOCK=triton.next_power_of_2(n), RES_EARLY=RES_EARLY, **pdl_args("norm"))
     return out, h.out
 
 
