@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Device runs for the next session. Session 14 ended with no device time for its last commits: the top-p kept set
-# closed to a suffix (sampling.suffix_drop), RESIDUAL_EARLY and gemm's norm= removed, the provenance helper; CPU
-# tests and sm_90 compiles only.
+# Device runs for the next session. Session 15 ran out of device time before the whole GPU suite ran with its last
+# two changes: the slices' RMSNorm reading its residual before its PDL wait (triton_fused.RES_EARLY, on; the spec ==
+# plain, replay == eager and slices tests passed with it) and the top-p mask without cummax (sampling.after_first_past;
+# the 8 sampled/top-p GPU tests passed with it).
 # usage (device tool): bash scripts/device_next.sh 1   then   bash scripts/device_next.sh 2   (each < 600 s)
 # 1. the whole GPU suite, then the 4B kernel bench at 1k and 8k (scripts/device_s10h.sh)
-# 2. where a decode layer's time goes now that the split-K sums run in the next RMSNorm: the kernel timeline of the
-#    decode, verify and propose graphs, and the ablation (attention chain removed, timing only)
+# 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
 if [ "${1:-1}" = 1 ]; then
   bash scripts/device_s10h.sh
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
-  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_ablate.py $OUT/ablation.json qwen3-4b base \
-    no_combine no_attention no_rope_attention sum_off base#2 2>&1 | grep "ctx "
+  timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"
 fi
