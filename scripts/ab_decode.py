@@ -151,6 +151,9 @@ VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "
 # session 15: the slices' norm reading its residual (an HBM miss) before its PDL wait: the post-o norm's body took
 # 6.8 us after its wait against 3.2 for the post-down one, while gate_up's ring fill floods HBM
 VARIANTS["res_early"] = {(triton_fused, "RES_EARLY"): True}
+# session 15 (staged, not yet run): the target's attention split in Gluon with its keys and values copied to shared
+# memory before the PDL wait (ops/gluon_split.py; the Triton kernel's bits by construction, no spills)
+VARIANTS["gluon_split"] = {(triton_attention, "GLUON_SPLIT"): True}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

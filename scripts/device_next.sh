@@ -6,10 +6,16 @@
 # usage (device tool): bash scripts/device_next.sh 1   then   bash scripts/device_next.sh 2   (each < 600 s)
 # 1. the whole GPU suite, then the 4B kernel bench at 1k and 8k (scripts/device_s10h.sh)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
+# 3. the staged Gluon attention split (ops/gluon_split.py, off): its two GPU tests (the Triton split's bits; greedy
+#    decoding through graphs and eager equal to the Triton split's), then the 4B A/B at 1k and 8k
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
 if [ "${1:-1}" = 1 ]; then
   bash scripts/device_s10h.sh
+elif [ "$1" = 3 ]; then
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_split 2>&1 | tail -3
+  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/gluon_split_ab.json \
+    qwen3-4b base gluon_split base#2 gluon_split#2 2>&1 | grep "ctx "
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
   timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"

@@ -106,3 +106,35 @@ def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     assert kernel.metadata.shared <= bound
     per_sm = max(1, min(gm.CTAS_PER_SM, gm.SMEM_PER_SM // bound))
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024
+
+
+def compile_split(pdl=1):
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from sparkdec.ops import gluon_split as gs
+
+    consts = {"GROUP": 4, "GROUP_PAD": 4, "SPLIT_N": 128, "FINE_N": 64, "FINE_SPLITS": 32, "PDL": pdl}
+    ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i32",
+            "len_ptr": "*i32", "lead_ptr": "*i32", "nrow_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
+            "first_ptr": "*i64"}
+    ints = ["stride_qt", "stride_qh", "stride_ks", "stride_kh", "stride_bt", "page_size", "num_splits", "num_heads",
+            "num_rows"]
+    sig = {**ptrs, "scale": "fp32", **{n: "i32" for n in ints}, **{n: "constexpr" for n in consts}}
+    # what a launch specialises: 16-aligned pointers and the cache strides (multiples of 16)
+    names = list(sig)
+    aligned = ["q_ptr", "k_ptr", "v_ptr", "bt_ptr", "acc_ptr", "ml_ptr", "stride_qt", "stride_qh", "stride_ks",
+               "stride_kh"]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    src = GluonASTSource(gs._gluon_split_kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+@pytest.mark.parametrize("pdl", [1, 2])
+def test_gluon_split_kernel_compiles_for_sm90(pdl):
+    """The staged Gluon attention split (ops/gluon_split.py): cp.async copies before the wait, two wgmma shapes."""
+    kernel = compile_split(pdl)
+    ptx = kernel.asm["ptx"]
+    assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx

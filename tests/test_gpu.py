@@ -523,3 +523,54 @@ def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     assert all(torch.equal(batched[i], _top_p_drop(probs[i], 0.95)) for i in range(200))
     assert all(torch.equal(batched[i:i + 8], _top_p_drop(probs[i:i + 8], 0.95)) for i in range(0, 200, 8))
     assert agrees_with_float64(batched, probs, 0.95, 1e-4)
+
+
+def test_gluon_split_gives_the_triton_split_bits():
+    """The staged Gluon split kernel (ops/gluon_split.py, keys copied before the PDL wait) against the Triton split
+    kernel: the same partials, so the same output bits, for rows alone and rows in blocks, fine and coarse splits."""
+    import sparkdec.ops.triton_attention as ta
+    from sparkdec.engine.context import build_context
+
+    torch.manual_seed(0)
+    ps, hq, hkv, d = 16, 32, 8, 128
+    kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
+    rows = [(list(range(300)), list(range(3000, 3040)), False), (list(range(300)), list(range(500, 508)), True),
+            (list(range(300)), [7], False), (list(range(300)), list(range(1000, 1008)), False)]
+    ctx = build_context(rows, ps, "cuda")
+    q = torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16)
+    args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
+    blocks = dict(blocks=(ctx.block_lead, ctx.block_rows))
+    want = ta.triton_paged_attention(*args, **blocks)
+    saved = ta.GLUON_SPLIT
+    try:
+        ta.GLUON_SPLIT = True
+        assert ta.gluon_split.supports(q, kc, 4, 16, 1)
+        got = ta.triton_paged_attention(*args, **blocks, first_written=ctx.positions)
+        assert torch.equal(got, want)
+        for r in range(ctx.num_tokens):
+            one = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps,
+                   ctx.max_kv_len, d ** -0.5)
+            assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want[r:r + 1])
+    finally:
+        ta.GLUON_SPLIT = saved
+
+
+def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch):
+    """Greedy decoding through CUDA graphs with the Gluon split (its copies race the RoPE kernel's key stores: only
+    the rows this forward writes are loaded after the wait) gives the Triton split's tokens; eager too."""
+    import sparkdec.ops.triton_attention as ta
+
+    model = make_target(tmp_path / "g128", vocab_size=509, hidden_size=256, intermediate_size=512,
+                        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                        tie_word_embeddings=False)
+    params = SamplingParams(max_tokens=96, ignore_eos=True)
+    want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(PROMPTS, params)]
+    monkeypatch.setattr(ta, "GLUON_SPLIT", True)
+    ran = []
+    supports = ta.gluon_split.supports
+    monkeypatch.setattr(ta.gluon_split, "supports", lambda *a: ran.append(supports(*a)) or ran[-1])
+    for graphs in (True, False):
+        llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
+        assert [o.token_ids for o in llm.generate(PROMPTS, params)] == want, graphs
+    assert any(ran)  # the Gluon kernel did run

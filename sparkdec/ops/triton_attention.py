@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
+from sparkdec.ops import gluon_split
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
@@ -34,6 +35,9 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
+# target rows' split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
+# bits by construction). Staged in session 15, compile-tested for sm_90, NOT yet run on a GPU: off
+GLUON_SPLIT = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -239,13 +243,16 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            scale: float, row_kv_len_host: list[int] | None = None,
                            blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
                            blocks_host: list[tuple[int, int]] | None = None,
-                           out: torch.Tensor | None = None) -> torch.Tensor:
+                           out: torch.Tensor | None = None,
+                           first_written: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
     blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
     row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
     ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
-    depend on each other). out: where to write (a fresh tensor if None)."""
+    depend on each other). out: where to write (a fresh tensor if None). first_written [T] (staged before the
+    forward): the first position of each row's sequence this forward writes keys at (its own position for target
+    rows); given, the Gluon split kernel may copy the keys before it before its PDL wait (GLUON_SPLIT)."""
     t, hq, d = q.shape
     out = torch.empty_like(q) if out is None else out
     if blocks is None:
@@ -254,14 +261,16 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
     per_row = hq * num_splits(max_kv_len) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
-        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks)
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks,
+                first_written)
         return out
     for group in _block_ranges(blocks_host, max(BLOCK_ROWS, WORKSPACE_BYTES // per_row)):
         r0, r1 = group[0][0], group[-1][0] + group[-1][1]
         lead = torch.tensor([a - r0 for a, _ in group], dtype=torch.int32).to(q.device, non_blocking=True)
         rows = torch.tensor([n for _, n in group], dtype=torch.int32).to(q.device, non_blocking=True)
         _attend(q[r0:r1], k_cache, v_cache, block_tables, row_seq[r0:r1], row_kv_len[r0:r1], page_size,
-                max(row_kv_len_host[r0:r1]), scale, out[r0:r1], (lead, rows))
+                max(row_kv_len_host[r0:r1]), scale, out[r0:r1], (lead, rows),
+                None if first_written is None else first_written[r0:r1])
     return out
 
 
@@ -302,7 +311,7 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
-            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor]) -> None:
+            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor], first_written=None) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -312,11 +321,22 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     ml = torch.empty(t * hq * splits * 2, dtype=torch.float32, device=q.device)
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
-    _split_kernel[(lead.shape[0], hkv, programs)](
-        q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t, GROUP=group,
-        GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=triton.cdiv(BLOCK_ROWS, rows_per_pass), D=d,
-        D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-        ITERS=iters, num_warps=SPLIT_WARPS,
-        **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
+    passes = triton.cdiv(BLOCK_ROWS, rows_per_pass)
+    grid = (lead.shape[0], hkv, programs)
+    if (GLUON_SPLIT and first_written is not None and SPLIT_BLOCK_N == gluon_split.BLOCK
+            and SPLIT == gluon_split.BLOCK * gluon_split.MAX_STEPS
+            and gluon_split.supports(q, k_cache, group_pad, rows_per_pass, passes)):
+        # one program per split (grid sized like the Triton kernel's, times ITERS)
+        gluon_split._gluon_split_kernel[(lead.shape[0], hkv, programs * iters)](
+            q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
+            hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, num_warps=4, **pdl_args("split"))
+    else:
+        _split_kernel[grid](
+            q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
+            q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t,
+            GROUP=group, GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=passes, D=d,
+            D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
+            ITERS=iters, num_warps=SPLIT_WARPS,
+            **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
     combine(acc, ml, row_kv_len, out, splits, fine)

@@ -1,0 +1,192 @@
+"""Hopper (sm_90) attention split kernel in Gluon: triton_attention's split kernel with its keys and values copied to
+shared memory before the PDL wait (staged, off: triton_attention.GLUON_SPLIT).
+
+The Triton split kernel loads a split's keys and values only after its wait, so every decode layer pays an HBM round
+trip after the q/k norm + RoPE kernel ends (and it spills 1.4 KB per thread). Here each program starts cp.async
+copies of its split's keys and values (their page ids and kv lengths are staged before the forward) before it waits,
+and after the wait loads over them only the rows the forward itself wrote: positions from the block's first row's
+position on, which the RoPE kernel (the one kernel still running at launch) just stored. The caller passes those
+positions (first_written); the layer's own keys are the only keys of the sequence the forward writes.
+
+The arithmetic is the Triton kernel's, written out with the layouts Triton chose for it on sm_90 (its TTGIR): q and
+keys in shared memory, S = q K^T by wgmma m64n64k16, the online softmax in that accumulator's layout, P from registers
+into wgmma m64n128k16 accumulating onto acc * alpha. So a row's partials should be the Triton kernel's bits
+(tests/test_gpu.py checks it). One split per program. Compiled for sm_90 in CPU CI; NOT yet run on a GPU.
+"""
+from __future__ import annotations
+
+import triton
+
+try:  # the same gate as ops/gluon_gemv.py: only the triton version checked on the H200 runs Gluon
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    AVAILABLE = triton.__version__.startswith("3.6")
+except ImportError:  # pragma: no cover - depends on the installed triton
+    AVAILABLE = False
+
+QR = 64  # query rows per tile (rows x heads of the kv group): the Triton kernel's QUERY_TILE
+D = 128  # head dim
+BLOCK = 64  # keys per step: triton_attention.SPLIT_BLOCK_N
+MAX_STEPS = 2  # steps of the longest split (SPLIT // BLOCK)
+
+if AVAILABLE:
+    _QR, _D, _BLOCK, _MAX_STEPS = (gl.constexpr(v) for v in (QR, D, BLOCK, MAX_STEPS))  # the same, for the kernels
+
+    @gluon.jit
+    def _split_start(split, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr):
+        """The first key of a split (triton_attention.split_start)."""
+        return gl.where(split < FINE_SPLITS, split * FINE_N,
+                        FINE_SPLITS * FINE_N + (split - FINE_SPLITS) * SPLIT_N)
+
+    @gluon.jit
+    def _copy_keys(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt,
+                   page_size, LD: gl.constexpr):
+        """cp.async of the keys and values at positions pos [BLOCK] (rows where keep is false become zeros)."""
+        d = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
+        page = gl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
+        slot = page.to(gl.int64) * page_size + pos % page_size
+        off = slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+        async_copy.async_copy_global_to_shared(k_dst, k_ptr + off, mask=keep[:, None])
+        async_copy.async_copy_global_to_shared(v_dst, v_ptr + off, mask=keep[:, None])
+
+    @gluon.jit
+    def _merge_new(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, new, kvh, stride_ks, stride_kh, stride_bt,
+                   page_size, LD: gl.constexpr):
+        """The rows the forward wrote (new) loaded after the wait, over the copies made before it."""
+        d = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
+        page = gl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=new, other=0)
+        slot = page.to(gl.int64) * page_size + pos % page_size
+        off = slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+        k_new = gl.load(k_ptr + off, mask=new[:, None], other=0.0)
+        v_new = gl.load(v_ptr + off, mask=new[:, None], other=0.0)
+        k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
+        v_dst.store(gl.where(new[:, None], v_new, v_dst.load(LD)))
+
+    @gluon.jit
+    def _gluon_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr,
+                            first_ptr, scale, stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size,
+                            num_splits, num_heads, num_rows, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr,
+                            SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
+                            PDL: gl.constexpr):
+        LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, _BLOCK, 16])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _D, 16])
+        P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
+        SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
+        kvh = gl.program_id(1)
+        q_smem = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
+        k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
+        v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
+        # the row block and its kv lengths: staged before the forward
+        lead = gl.load(lead_ptr + gl.program_id(0))
+        n_rows = gl.minimum(gl.load(nrow_ptr + gl.program_id(0)), num_rows - lead)
+        has_block = (lead >= 0) & (lead < num_rows)
+        seq = gl.load(seq_ptr + gl.maximum(lead, 0))
+        last = gl.maximum(lead + n_rows - 1, 0)
+        max_len = gl.where(has_block, gl.load(len_ptr + last), 0)  # rows of a block see more keys row by row
+        # keys from the block's first row's position on were written by this forward (staged, like the lengths)
+        first_new = gl.where(has_block, gl.load(first_ptr + gl.maximum(lead, 0)).to(gl.int32), 0)
+        # before the wait: the first split's keys and values below first_new
+        kpos = gl.arange(0, _BLOCK, layout=gl.SliceLayout(1, LD))
+        split = gl.program_id(2)  # one split per program (a loop over more crashed triton 3.6's lowering)
+        start0 = _split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
+        steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
+        for i in gl.static_range(_MAX_STEPS):
+            pos = start0 + i * _BLOCK + kpos
+            _copy_keys(k_ptr, v_ptr, bt_ptr, k_smem.index(i), v_smem.index(i), seq, pos,
+                       (pos < gl.minimum(first_new, max_len)) & (start0 < max_len) & (i < steps), kvh, stride_ks,
+                       stride_kh, stride_bt, page_size, LD)
+        async_copy.commit_group()
+        if PDL:
+            gdc_wait()
+            if PDL == 2:
+                gdc_launch_dependents()
+        # the query tile: row i is (row lead + i // GROUP_PAD, head kvh * GROUP + i % GROUP_PAD)
+        qi = gl.arange(0, _QR, layout=gl.SliceLayout(1, LD))
+        qd = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
+        q_live = (qi // GROUP_PAD < n_rows) & (qi % GROUP_PAD < GROUP) & has_block
+        q_row = lead + qi // GROUP_PAD
+        q_head = kvh * GROUP + qi % GROUP_PAD
+        q = gl.load(q_ptr + q_row[:, None] * stride_qt + q_head[:, None] * stride_qh + qd[None, :],
+                    mask=q_live[:, None], other=0.0)
+        q_smem.store(q)
+        # the softmax's rows in the S accumulator's layout
+        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))
+        s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
+        lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
+        async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
+        gl.thread_barrier()
+        if start0 < max_len:
+            if start0 + steps * _BLOCK > first_new:  # the split holds rows this forward wrote: load them now
+                for i in gl.static_range(_MAX_STEPS):
+                    pos = start0 + i * _BLOCK + kpos
+                    _merge_new(k_ptr, v_ptr, bt_ptr, k_smem.index(i), v_smem.index(i), seq, pos,
+                               (pos >= first_new) & (pos < max_len) & (i < steps), kvh, stride_ks, stride_kh,
+                               stride_bt, page_size, LD)
+            fence_async_shared()
+            gl.thread_barrier()
+            m_i, l_i, acc = _attend_split(q_smem, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L)
+            _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
+                            split, GROUP, GROUP_PAD, S_L, O_L)
+        if PDL == 1:
+            gdc_launch_dependents()
+
+    @gluon.jit
+    def _attend_split(q_smem, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
+                      P_L: gl.constexpr):
+        """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values)."""
+        m_i = gl.full([_QR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_L))
+        l_i = gl.zeros([_QR], gl.float32, layout=gl.SliceLayout(1, S_L))
+        acc = gl.zeros([_QR, _D], gl.float32, layout=O_L)
+        kcol = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, S_L))
+        for i in gl.static_range(_MAX_STEPS):
+            if i < steps:
+                s = warpgroup_mma(q_smem, k_smem.index(i).permute((1, 0)),
+                                  gl.zeros([_QR, _BLOCK], gl.float32, layout=S_L), is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                s = s * scale
+                pos = start + i * _BLOCK + kcol
+                s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, 1))
+                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.exp(m_i - m_use)
+                p = gl.exp(s - m_use[:, None])
+                l_i = l_i * alpha + gl.sum(p, 1)
+                scaled = acc * gl.convert_layout(alpha[:, None], O_L)  # [QR, 1]: as Triton converts it
+                acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_L), v_smem.index(i), scaled,
+                                    is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                m_i = m_new
+        return m_i, l_i, acc
+
+    @gluon.jit
+    def _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
+                        GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr):
+        """The split's partial softmax state of the live tile rows to the workspace (the Triton kernel's layout)."""
+        ST: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+        out = gl.convert_layout(acc, ST)
+        i = gl.arange(0, _QR, layout=gl.SliceLayout(1, ST))
+        d = gl.arange(0, _D, layout=gl.SliceLayout(0, ST))
+        live = (i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP) & has_block
+        base = ((lead + i // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + i % GROUP_PAD) * num_splits + split
+        gl.store(acc_ptr + base[:, None] * _D + d[None, :], out, mask=live[:, None])
+        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))
+        s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
+        s_base = ((lead + si // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + si % GROUP_PAD) * num_splits \
+            + split
+        gl.store(ml_ptr + s_base * 2, m_i, mask=s_live)
+        gl.store(ml_ptr + s_base * 2 + 1, l_i, mask=s_live)
+
+
+def supports(q, k_cache, group_pad: int, rows_per_pass: int, passes: int) -> bool:
+    """Can the Gluon split kernel run this call (Hopper, bf16, head dim 128, one pass of a 64-row tile)?"""
+    import torch
+
+    from sparkdec.ops import gluon_gemv
+    return (AVAILABLE and q.is_cuda and q.dtype == torch.bfloat16 and k_cache.dtype == torch.bfloat16
+            and q.shape[2] == D and group_pad * rows_per_pass == QR and passes == 1
+            and gluon_gemv._is_hopper(q.device))
