@@ -22,7 +22,7 @@ def make_target(folder: Path, seed: int = 0, dtype=torch.float32, **geometry) ->
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen3Config(max_position_embeddings=1024, rope_theta=10000.0, rms_norm_eps=1e-6, **geometry)
+    cfg = Qwen3Config(**{"max_position_embeddings": 1024, "rope_theta": 10000.0, "rms_norm_eps": 1e-6, **geometry})
     model = Qwen3ForCausalLM(cfg).to(dtype)
     with torch.no_grad():  # larger weights than HF's init give peaked, non-degenerate distributions
         for name, p in model.named_parameters():

@@ -525,14 +525,16 @@ def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     assert agrees_with_float64(batched, probs, 0.95, 1e-4)
 
 
-def test_gluon_split_gives_the_triton_split_bits():
+@pytest.mark.parametrize("hq,hkv", [(32, 8), (16, 8), (8, 8)])
+def test_gluon_split_gives_the_triton_split_bits(hq, hkv):
     """The staged Gluon split kernel (ops/gluon_split.py, keys copied before the PDL wait) against the Triton split
-    kernel: the same partials, so the same output bits, for rows alone and rows in blocks, fine and coarse splits."""
+    kernel: the same output bits for rows alone and rows in blocks (a 40-row sequence: blocks that continue one),
+    fine and coarse splits, query groups of 4, 2 and 1. (No writer races the copies here: see the decoding test.)"""
     import sparkdec.ops.triton_attention as ta
     from sparkdec.engine.context import build_context
 
     torch.manual_seed(0)
-    ps, hq, hkv, d = 16, 32, 8, 128
+    ps, d = 16, 128
     kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
     vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
     rows = [(list(range(300)), list(range(3000, 3040)), False), (list(range(300)), list(range(500, 508)), True),
@@ -545,7 +547,8 @@ def test_gluon_split_gives_the_triton_split_bits():
     saved = ta.GLUON_SPLIT
     try:
         ta.GLUON_SPLIT = True
-        assert ta.gluon_split.supports(q, kc, 4, 16, 1)
+        group_pad = hq // hkv
+        assert ta.gluon_split.supports(q, kc, vc, group_pad, ta.QUERY_TILE // group_pad, 1)
         got = ta.triton_paged_attention(*args, **blocks, first_written=ctx.positions)
         assert torch.equal(got, want)
         for r in range(ctx.num_tokens):
@@ -556,21 +559,26 @@ def test_gluon_split_gives_the_triton_split_bits():
         ta.GLUON_SPLIT = saved
 
 
-def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch):
-    """Greedy decoding through CUDA graphs with the Gluon split (its copies race the RoPE kernel's key stores: only
-    the rows this forward writes are loaded after the wait) gives the Triton split's tokens; eager too."""
+@pytest.mark.parametrize("prefill_kernel", [True, False])
+def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel):
+    """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward
+    writes are loaded after the wait), gives the Triton split's tokens, through graphs and eager. Without the prefill
+    kernel, prompt chunks of 20 and 35 tokens take the split kernel too: blocks that continue a sequence."""
     import sparkdec.ops.triton_attention as ta
+    from sparkdec.engine import context
 
+    monkeypatch.setattr(context, "PREFILL_KERNEL", prefill_kernel)
     model = make_target(tmp_path / "g128", vocab_size=509, hidden_size=256, intermediate_size=512,
                         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
-                        tie_word_embeddings=False)
-    params = SamplingParams(max_tokens=96, ignore_eos=True)
-    want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(PROMPTS, params)]
+                        tie_word_embeddings=False, max_position_embeddings=4096)
+    params = SamplingParams(max_tokens=160, ignore_eos=True)
+    prompts = PROMPTS + [list(range(100, 400)) * 7]  # a 2100-token prompt: coarse splits past 2048
+    want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(prompts, params)]
     monkeypatch.setattr(ta, "GLUON_SPLIT", True)
     ran = []
     supports = ta.gluon_split.supports
     monkeypatch.setattr(ta.gluon_split, "supports", lambda *a: ran.append(supports(*a)) or ran[-1])
     for graphs in (True, False):
         llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
-        assert [o.token_ids for o in llm.generate(PROMPTS, params)] == want, graphs
+        assert [o.token_ids for o in llm.generate(prompts, params)] == want, graphs
     assert any(ran)  # the Gluon kernel did run

@@ -2,11 +2,12 @@
 shared memory before the PDL wait (staged, off: triton_attention.GLUON_SPLIT).
 
 The Triton split kernel loads a split's keys and values only after its wait, so every decode layer pays an HBM round
-trip after the q/k norm + RoPE kernel ends (and it spills 1.4 KB per thread). Here each program starts cp.async
-copies of its split's keys and values (their page ids and kv lengths are staged before the forward) before it waits,
-and after the wait loads over them only the rows the forward itself wrote: positions from the block's first row's
-position on, which the RoPE kernel (the one kernel still running at launch) just stored. The caller passes those
-positions (first_written); the layer's own keys are the only keys of the sequence the forward writes.
+trip after the q/k norm + RoPE kernel ends. Here each program starts cp.async copies of its split's keys and values
+(their page ids and kv lengths are staged before the forward) before it waits, and after the wait loads over them
+only the rows the forward itself wrote: positions from the block's first row's position on, which the RoPE kernel
+(the one kernel still running at launch) just stored. The caller passes those positions (first_written); a layer's
+own keys are the only keys of the sequence its forward writes. A block that continues a sequence's rows (more than
+BLOCK_ROWS of them in the forward) copies nothing before the wait.
 
 The arithmetic is the Triton kernel's, written out with the layouts Triton chose for it on sm_90 (its TTGIR): q and
 keys in shared memory, S = q K^T by wgmma m64n64k16, the online softmax in that accumulator's layout, P from registers
@@ -76,24 +77,44 @@ if AVAILABLE:
                                                       instr_shape=[16, _BLOCK, 16])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _D, 16])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
-        SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
         kvh = gl.program_id(1)
-        q_smem = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
-        k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
-        v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
-        # the row block and its kv lengths: staged before the forward
+        # the row block, its rows' kv lengths and positions: all staged before the forward
         lead = gl.load(lead_ptr + gl.program_id(0))
         n_rows = gl.minimum(gl.load(nrow_ptr + gl.program_id(0)), num_rows - lead)
         has_block = (lead >= 0) & (lead < num_rows)
         seq = gl.load(seq_ptr + gl.maximum(lead, 0))
-        last = gl.maximum(lead + n_rows - 1, 0)
-        max_len = gl.where(has_block, gl.load(len_ptr + last), 0)  # rows of a block see more keys row by row
-        # keys from the block's first row's position on were written by this forward (staged, like the lengths)
-        first_new = gl.where(has_block, gl.load(first_ptr + gl.maximum(lead, 0)).to(gl.int32), 0)
-        # before the wait: the first split's keys and values below first_new
-        kpos = gl.arange(0, _BLOCK, layout=gl.SliceLayout(1, LD))
+        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))  # the softmax's rows, in the S accumulator's layout
+        s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
+        lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
+        max_len = gl.max(lens, 0)
         split = gl.program_id(2)  # one split per program (a loop over more crashed triton 3.6's lowering)
         start0 = _split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
+        # a program whose split holds no key exits at once: it reads nothing the previous kernel writes (program
+        # (0, 0, 0) always waits, so that this grid never ends before the previous one)
+        if (start0 < max_len) | ((gl.program_id(0) == 0) & (gl.program_id(1) == 0) & (split == 0)):
+            _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
+                           stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
+                           n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
+                           FINE_N, FINE_SPLITS, PDL, LD, S_L, O_L, P_L)
+
+    @gluon.jit
+    def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
+                       stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows,
+                       has_block, seq, lens, max_len, kvh, split, start0, GROUP: gl.constexpr,
+                       GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
+                       FINE_SPLITS: gl.constexpr, PDL: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
+                       O_L: gl.constexpr, P_L: gl.constexpr):
+        """One split of one row block: copies before the wait, the rest after it."""
+        SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
+        q_smem = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
+        k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
+        v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
+        # keys this forward writes: from the block's first row's position on (first_written: the rows' own
+        # positions), and every key of the sequence where the block continues one that started rows before it (a
+        # sequence's rows come in blocks of at most BLOCK_ROWS): nothing is copied before the wait then
+        continued = (lead > 0) & (gl.load(seq_ptr + gl.maximum(lead - 1, 0)) == seq)
+        first_new = gl.where(has_block & ~continued, gl.load(first_ptr + gl.maximum(lead, 0)).to(gl.int32), 0)
+        kpos = gl.arange(0, _BLOCK, layout=gl.SliceLayout(1, LD))
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
         for i in gl.static_range(_MAX_STEPS):
             pos = start0 + i * _BLOCK + kpos
@@ -114,10 +135,6 @@ if AVAILABLE:
         q = gl.load(q_ptr + q_row[:, None] * stride_qt + q_head[:, None] * stride_qh + qd[None, :],
                     mask=q_live[:, None], other=0.0)
         q_smem.store(q)
-        # the softmax's rows in the S accumulator's layout
-        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))
-        s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
-        lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
         async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
         gl.thread_barrier()
         if start0 < max_len:
@@ -182,11 +199,15 @@ if AVAILABLE:
         gl.store(ml_ptr + s_base * 2 + 1, l_i, mask=s_live)
 
 
-def supports(q, k_cache, group_pad: int, rows_per_pass: int, passes: int) -> bool:
-    """Can the Gluon split kernel run this call (Hopper, bf16, head dim 128, one pass of a 64-row tile)?"""
+def supports(q, k_cache, v_cache, group_pad: int, rows_per_pass: int, passes: int) -> bool:
+    """Can the Gluon split kernel run this call (Hopper, bf16, head dim 128, one pass of a 64-row tile, 16-byte
+    aligned rows for cp.async)?"""
     import torch
 
     from sparkdec.ops import gluon_gemv
-    return (AVAILABLE and q.is_cuda and q.dtype == torch.bfloat16 and k_cache.dtype == torch.bfloat16
-            and q.shape[2] == D and group_pad * rows_per_pass == QR and passes == 1
+    if not (AVAILABLE and q.is_cuda and q.shape[2] == D and group_pad * rows_per_pass == QR and passes == 1):
+        return False
+    tensors = (q, k_cache, v_cache)
+    return (all(t.dtype == torch.bfloat16 and t.data_ptr() % 16 == 0 and t.stride(-1) == 1 for t in tensors)
+            and all(st % 8 == 0 for t in tensors for st in t.stride()[:-1]) and k_cache.stride() == v_cache.stride()
             and gluon_gemv._is_hopper(q.device))

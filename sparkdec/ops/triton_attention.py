@@ -250,9 +250,10 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
     row_kv_len_host, blocks_host (eager calls): the same on the host; a long prefill chunk then runs in row
     ranges on block boundaries whose workspace stays under WORKSPACE_BYTES (the same bits: rows never
-    depend on each other). out: where to write (a fresh tensor if None). first_written [T] (staged before the
-    forward): the first position of each row's sequence this forward writes keys at (its own position for target
-    rows); given, the Gluon split kernel may copy the keys before it before its PDL wait (GLUON_SPLIT)."""
+    depend on each other). out: where to write (a fresh tensor if None). first_written [T] int64 (staged before
+    the forward): each row's own position, where the caller vouches that the forward writes no key of a row's
+    sequence but its rows' own (a layer's attention); given, the Gluon split kernel (GLUON_SPLIT) copies the keys
+    before a block's first row before its PDL wait."""
     t, hq, d = q.shape
     out = torch.empty_like(q) if out is None else out
     if blocks is None:
@@ -323,9 +324,9 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     rows_per_pass = max(1, QUERY_TILE // group_pad)
     passes = triton.cdiv(BLOCK_ROWS, rows_per_pass)
     grid = (lead.shape[0], hkv, programs)
-    if (GLUON_SPLIT and first_written is not None and SPLIT_BLOCK_N == gluon_split.BLOCK
-            and SPLIT == gluon_split.BLOCK * gluon_split.MAX_STEPS
-            and gluon_split.supports(q, k_cache, group_pad, rows_per_pass, passes)):
+    if (GLUON_SPLIT and first_written is not None and SPLIT_BLOCK_N == gluon_split.BLOCK and SPLIT_WARPS == 4
+            and SPLIT == gluon_split.BLOCK * gluon_split.MAX_STEPS and FINE_SPLIT == gluon_split.BLOCK
+            and gluon_split.supports(q, k_cache, v_cache, group_pad, rows_per_pass, passes)):
         # one program per split (grid sized like the Triton kernel's, times ITERS)
         gluon_split._gluon_split_kernel[(lead.shape[0], hkv, programs * iters)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
