@@ -154,6 +154,7 @@ VARIANTS["res_early"] = {(triton_fused, "RES_EARLY"): True}
 # session 15 (staged, not yet run): the target's attention split in Gluon with its keys and values copied to shared
 # memory before the PDL wait (ops/gluon_split.py; the Triton kernel's bits by construction, no spills)
 VARIANTS["gluon_split"] = {(triton_attention, "GLUON_SPLIT"): True}
+VARIANTS["gluon_split_qreg"] = {(triton_attention, "GLUON_SPLIT"): True, (triton_attention, "GLUON_SPLIT_Q_REGS"): True}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

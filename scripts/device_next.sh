@@ -15,7 +15,7 @@ if [ "${1:-1}" = 1 ]; then
 elif [ "$1" = 3 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_split 2>&1 | tail -3
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/gluon_split_ab.json \
-    qwen3-4b base gluon_split base#2 gluon_split#2 2>&1 | grep "ctx "
+    qwen3-4b base gluon_split gluon_split_qreg base#2 gluon_split#2 2>&1 | grep "ctx "
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
   timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"

@@ -525,11 +525,12 @@ def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     assert agrees_with_float64(batched, probs, 0.95, 1e-4)
 
 
-@pytest.mark.parametrize("hq,hkv", [(32, 8), (16, 8), (8, 8)])
-def test_gluon_split_gives_the_triton_split_bits(hq, hkv):
+@pytest.mark.parametrize("hq,hkv,q_regs", [(32, 8, False), (16, 8, False), (8, 8, False), (32, 8, True)])
+def test_gluon_split_gives_the_triton_split_bits(hq, hkv, q_regs):
     """The staged Gluon split kernel (ops/gluon_split.py, keys copied before the PDL wait) against the Triton split
     kernel: the same output bits for rows alone and rows in blocks (a 40-row sequence: blocks that continue one),
-    fine and coarse splits, query groups of 4, 2 and 1. (No writer races the copies here: see the decoding test.)"""
+    fine and coarse splits, query groups of 4, 2 and 1, the query tile from shared memory or registers. (No writer
+    races the copies here: see the decoding test.)"""
     import sparkdec.ops.triton_attention as ta
     from sparkdec.engine.context import build_context
 
@@ -544,9 +545,9 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv):
     args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
     blocks = dict(blocks=(ctx.block_lead, ctx.block_rows))
     want = ta.triton_paged_attention(*args, **blocks)
-    saved = ta.GLUON_SPLIT
+    saved = ta.GLUON_SPLIT, ta.GLUON_SPLIT_Q_REGS
     try:
-        ta.GLUON_SPLIT = True
+        ta.GLUON_SPLIT, ta.GLUON_SPLIT_Q_REGS = True, q_regs
         group_pad = hq // hkv
         assert ta.gluon_split.supports(q, kc, vc, group_pad, ta.QUERY_TILE // group_pad, 1)
         got = ta.triton_paged_attention(*args, **blocks, first_written=ctx.positions)
@@ -556,7 +557,7 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv):
                    ctx.max_kv_len, d ** -0.5)
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want[r:r + 1])
     finally:
-        ta.GLUON_SPLIT = saved
+        ta.GLUON_SPLIT, ta.GLUON_SPLIT_Q_REGS = saved
 
 
 @pytest.mark.parametrize("prefill_kernel", [True, False])

@@ -71,7 +71,7 @@ if AVAILABLE:
                             first_ptr, scale, stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size,
                             num_splits, num_heads, num_rows, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr,
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
-                            PDL: gl.constexpr):
+                            PDL: gl.constexpr, Q_REGS: gl.constexpr):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
@@ -95,18 +95,18 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PDL, LD, S_L, O_L, P_L)
+                           FINE_N, FINE_SPLITS, PDL, Q_REGS, LD, S_L, O_L, P_L)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                        stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows,
                        has_block, seq, lens, max_len, kvh, split, start0, GROUP: gl.constexpr,
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
-                       FINE_SPLITS: gl.constexpr, PDL: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
-                       O_L: gl.constexpr, P_L: gl.constexpr):
-        """One split of one row block: copies before the wait, the rest after it."""
+                       FINE_SPLITS: gl.constexpr, PDL: gl.constexpr, Q_REGS: gl.constexpr, LD: gl.constexpr,
+                       S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr):
+        """One split of one row block: copies before the wait, the rest after it. Q_REGS: the query tile is the first
+        product's operand from registers (72 KB of shared memory per program, not 80: three fit on an SM)."""
         SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
-        q_smem = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
         k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
         v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
         # keys this forward writes: from the block's first row's position on (first_written: the rows' own
@@ -134,7 +134,11 @@ if AVAILABLE:
         q_head = kvh * GROUP + qi % GROUP_PAD
         q = gl.load(q_ptr + q_row[:, None] * stride_qt + q_head[:, None] * stride_qh + qd[None, :],
                     mask=q_live[:, None], other=0.0)
-        q_smem.store(q)
+        if Q_REGS:
+            q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
+        else:
+            q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
+            q_op.store(q)
         async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
         gl.thread_barrier()
         if start0 < max_len:
@@ -146,23 +150,24 @@ if AVAILABLE:
                                stride_bt, page_size, LD)
             fence_async_shared()
             gl.thread_barrier()
-            m_i, l_i, acc = _attend_split(q_smem, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L)
+            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L)
             _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
                             split, GROUP, GROUP_PAD, S_L, O_L)
         if PDL == 1:
             gdc_launch_dependents()
 
     @gluon.jit
-    def _attend_split(q_smem, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
+    def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
                       P_L: gl.constexpr):
-        """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values)."""
+        """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values); q_op: the query
+        tile in shared memory or as a register operand."""
         m_i = gl.full([_QR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_L))
         l_i = gl.zeros([_QR], gl.float32, layout=gl.SliceLayout(1, S_L))
         acc = gl.zeros([_QR, _D], gl.float32, layout=O_L)
         kcol = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, S_L))
         for i in gl.static_range(_MAX_STEPS):
             if i < steps:
-                s = warpgroup_mma(q_smem, k_smem.index(i).permute((1, 0)),
+                s = warpgroup_mma(q_op, k_smem.index(i).permute((1, 0)),
                                   gl.zeros([_QR, _BLOCK], gl.float32, layout=S_L), is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 s = s * scale

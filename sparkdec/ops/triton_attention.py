@@ -38,6 +38,7 @@ SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton
 # target rows' split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
 # bits by construction). Staged in session 15, compile-tested for sm_90, NOT yet run on a GPU: off
 GLUON_SPLIT = False
+GLUON_SPLIT_Q_REGS = False  # its query tile as a register operand: 72 KB of shared memory per program, not 80
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -331,7 +332,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
         gluon_split._gluon_split_kernel[(lead.shape[0], hkv, programs * iters)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
-            hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, num_warps=4, **pdl_args("split"))
+            hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, Q_REGS=GLUON_SPLIT_Q_REGS, num_warps=4,
+            **pdl_args("split"))
     else:
         _split_kernel[grid](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
