@@ -150,7 +150,8 @@ VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "
 # slower, removed (split_tile_pages_early_ab_h200_2026-11-30_session15.json; the code is in commit 19132a0)
 # session 15: the slices' norm reading its residual (an HBM miss) before its PDL wait: the post-o norm's body took
 # 6.8 us after its wait against 3.2 for the post-down one, while gate_up's ring fill floods HBM
-VARIANTS["res_early"] = {(triton_fused, "RES_EARLY"): True}
+VARIANTS["res_early"] = {(triton_fused, "RES_EARLY"): True}  # shipped on since: the same as base now
+VARIANTS["res_late"] = {(triton_fused, "RES_EARLY"): False}
 # session 15 (staged, not yet run): the target's attention split in Gluon with its keys and values copied to shared
 # memory before the PDL wait (ops/gluon_split.py; the Triton kernel's bits by construction, no spills)
 VARIANTS["gluon_split"] = {(triton_attention, "GLUON_SPLIT"): True}

@@ -4,14 +4,18 @@
 # plain, replay == eager and slices tests passed with it) and the top-p mask without cummax (sampling.after_first_past;
 # the 8 sampled/top-p GPU tests passed with it).
 # usage (device tool): bash scripts/device_next.sh 1   then   bash scripts/device_next.sh 2   (each < 600 s)
-# 1. the whole GPU suite, then the 4B kernel bench at 1k and 8k (scripts/device_s10h.sh)
+# 1. the GPU suite (all but the staged Gluon split's tests), then the 4B kernel bench at 1k and 8k
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
 # 3. the staged Gluon attention split (ops/gluon_split.py, off): its two GPU tests (the Triton split's bits; greedy
 #    decoding through graphs and eager equal to the Triton split's), then the 4B A/B at 1k and 8k
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
-if [ "${1:-1}" = 1 ]; then
-  bash scripts/device_s10h.sh
+if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (step 3), then the bench
+  timeout 330 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "not gluon_split" \
+    > $OUT/gpu_tests.txt 2>&1
+  grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests.txt | head -12
+  timeout 130 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
+    | grep "^qwen3"
 elif [ "$1" = 3 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_split 2>&1 | tail -3
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/gluon_split_ab.json \

@@ -238,7 +238,9 @@ def after_first_past(past: torch.Tensor, sorted_p: torch.Tensor, ids: torch.Tens
     H200, sampled_profile_h200_2026-11-30_session15.json): past, sorted_p, ids [R, V] in sorted order, probs [R, V]
     by token id -> bool [R, V] by token id. Token t is dropped when it comes at or after the first past entry f in the
     sort order (probability descending, then id ascending): p_t < p_f, or p_t == p_f and t >= id_f. Integer and
-    comparison operations only: exact, so every row's mask is the one it gets alone."""
+    comparison operations only: exact, so every row's mask is the one it gets alone. Contract: sorted_p, ids are
+    torch.sort(probs, descending=True, stable=True) of these very probs, with no -0.0 among them (a sort may order
+    -0.0 and +0.0 by their bits while == calls them equal; softmax and masked_fill give +0.0 only)."""
     any_past = past.amax(-1, keepdim=True) > 0  # [R, 1]
     first = past.argmax(-1, keepdim=True)  # [R, 1]: argmax returns the first maximum: the first past entry
     pf, idf = sorted_p.gather(-1, first), ids.gather(-1, first)  # [R, 1]
@@ -247,8 +249,9 @@ def after_first_past(past: torch.Tensor, sorted_p: torch.Tensor, ids: torch.Tens
 
 
 def suffix_drop(past: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """The reference of after_first_past (tests). past [R, V] uint8 in sorted order (the mass before an entry reaches top_p), ids [R, V] (the token of each
-    sorted entry) -> bool [R, V] by token id: every token from the first past entry on. (cummax is exact, so
-    batch-invariant; rounding can make the test flicker near top_p, which must not leave holes in the kept set.)"""
+    """The reference of after_first_past (tests). past [R, V] uint8 in sorted order (the mass before an entry
+    reaches top_p), ids [R, V] (the token of each sorted entry) -> bool [R, V] by token id: every token from the
+    first past entry on. (cummax is exact, so batch-invariant; rounding can make the test flicker near top_p, which
+    must not leave holes in the kept set.)"""
     drop = past.cummax(dim=-1).values.bool()
     return torch.empty_like(drop).scatter_(-1, ids, drop)

@@ -510,6 +510,25 @@ def test_coupled_drafts_in_the_propose_graph_match_the_torch_race(monkeypatch):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("v", [3000, 151936])
+def test_top_p_mask_equals_the_scan_and_scatter_reference_on_cuda(v):
+    """sampling.after_first_past (the shipped top-p mask) against suffix_drop (cummax + scatter) with CUDA's sort
+    and argmax: few distinct probabilities, so the cut falls inside long runs of ties; both of torch's CUDA sort
+    paths (a short and a vocabulary-sized row)."""
+    from sparkdec.ops.triton_top_p import mass_reached
+    from sparkdec.sampling import after_first_past, suffix_drop
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    probs = torch.randint(1, 6, (16, v), device="cuda", generator=gen).float()
+    probs = probs / probs.sum(-1, keepdim=True)
+    sorted_p, ids = torch.sort(probs, dim=-1, descending=True, stable=True)
+    for top_p in (0.1, 0.5, 0.9, 0.99):
+        past = mass_reached(sorted_p, top_p)
+        want = suffix_drop(past, ids)
+        assert want.any() and not want.all()
+        assert torch.equal(after_first_past(past, sorted_p, ids, probs), want), top_p
+
+
 def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     """sampling._top_p_drop over [R, V] gives each row the mask it gets alone (torch.cumsum on CUDA scans one row and
     several rows with different bits: 2 of 200 rows kept a different set at top-p 0.95), and the kept set of a
