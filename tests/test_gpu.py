@@ -370,20 +370,27 @@ def test_eager_attention_in_row_ranges_equals_one_call():
         ta.WORKSPACE_BYTES = saved
 
 
-def test_attention_rows_in_blocks_equal_rows_alone():
-    """Rows sharing key/value loads in a row block (verify, prefill, drafter block) give the bits each row gets
-    alone (decode): the property that keeps speculative greedy output equal to plain greedy output."""
-    import sparkdec.ops.triton_attention as ta
+def _attention_case(hq: int, hkv: int, ps: int = 16, d: int = 128):
+    """Random bf16 caches and queries for four sequences: a 40-row causal run past 2048 keys (coarse splits, a
+    block that continues another), an 8-row drafter block, a lone row, an 8-row verify block -> (q, caches, ctx)."""
     from sparkdec.engine.context import build_context
 
     torch.manual_seed(0)
-    ps, hq, hkv, d = 16, 32, 8, 128
     kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
     vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
     rows = [(list(range(300)), list(range(3000, 3040)), False), (list(range(300)), list(range(500, 508)), True),
             (list(range(300)), [7], False), (list(range(300)), list(range(1000, 1008)), False)]
     ctx = build_context(rows, ps, "cuda")
-    q = torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16)
+    return torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16), kc, vc, ctx
+
+
+def test_attention_rows_in_blocks_equal_rows_alone():
+    """Rows sharing key/value loads in a row block (verify, prefill, drafter block) give the bits each row gets
+    alone (decode): the property that keeps speculative greedy output equal to plain greedy output."""
+    import sparkdec.ops.triton_attention as ta
+
+    ps, d = 16, 128
+    q, kc, vc, ctx = _attention_case(32, 8)
     args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
     grouped = ta.triton_paged_attention(*args, blocks=(ctx.block_lead, ctx.block_rows))
     for r in range(ctx.num_tokens):  # one row per call: the smallest query tile
@@ -551,16 +558,9 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, q_regs):
     fine and coarse splits, query groups of 4, 2 and 1, the query tile from shared memory or registers. (No writer
     races the copies here: see the decoding test.)"""
     import sparkdec.ops.triton_attention as ta
-    from sparkdec.engine.context import build_context
 
-    torch.manual_seed(0)
     ps, d = 16, 128
-    kc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
-    vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
-    rows = [(list(range(300)), list(range(3000, 3040)), False), (list(range(300)), list(range(500, 508)), True),
-            (list(range(300)), [7], False), (list(range(300)), list(range(1000, 1008)), False)]
-    ctx = build_context(rows, ps, "cuda")
-    q = torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16)
+    q, kc, vc, ctx = _attention_case(hq, hkv)
     args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
     blocks = dict(blocks=(ctx.block_lead, ctx.block_rows))
     want = ta.triton_paged_attention(*args, **blocks)

@@ -43,13 +43,18 @@ if AVAILABLE:
                         FINE_SPLITS * FINE_N + (split - FINE_SPLITS) * SPLIT_N)
 
     @gluon.jit
-    def _copy_keys(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt,
-                   page_size, LD: gl.constexpr):
-        """cp.async of the keys and values at positions pos [BLOCK] (rows where keep is false become zeros)."""
+    def _kv_offsets(bt_ptr, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt, page_size, LD: gl.constexpr):
+        """Element offsets [BLOCK, D] of kv head kvh's keys (and values) at positions pos of one sequence."""
         d = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
         page = gl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
         slot = page.to(gl.int64) * page_size + pos % page_size
-        off = slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+        return slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+
+    @gluon.jit
+    def _copy_keys(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt,
+                   page_size, LD: gl.constexpr):
+        """cp.async of the keys and values at positions pos [BLOCK] (rows where keep is false become zeros)."""
+        off = _kv_offsets(bt_ptr, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
         async_copy.async_copy_global_to_shared(k_dst, k_ptr + off, mask=keep[:, None])
         async_copy.async_copy_global_to_shared(v_dst, v_ptr + off, mask=keep[:, None])
 
@@ -57,10 +62,7 @@ if AVAILABLE:
     def _merge_new(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, new, kvh, stride_ks, stride_kh, stride_bt,
                    page_size, LD: gl.constexpr):
         """The rows the forward wrote (new) loaded after the wait, over the copies made before it."""
-        d = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
-        page = gl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=new, other=0)
-        slot = page.to(gl.int64) * page_size + pos % page_size
-        off = slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+        off = _kv_offsets(bt_ptr, seq, pos, new, kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
         k_new = gl.load(k_ptr + off, mask=new[:, None], other=0.0)
         v_new = gl.load(v_ptr + off, mask=new[:, None], other=0.0)
         k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
