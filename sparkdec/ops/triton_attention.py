@@ -35,7 +35,7 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
-# target rows' split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
+# a layer's split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
 # bits by construction). Staged in session 15, compile-tested for sm_90, NOT yet run on a GPU: off
 GLUON_SPLIT = False
 GLUON_SPLIT_Q_REGS = False  # its query tile as a register operand: 72 KB of shared memory per program, not 80
@@ -324,7 +324,6 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     lead, rows = blocks
     rows_per_pass = max(1, QUERY_TILE // group_pad)
     passes = triton.cdiv(BLOCK_ROWS, rows_per_pass)
-    grid = (lead.shape[0], hkv, programs)
     if (GLUON_SPLIT and first_written is not None and SPLIT_BLOCK_N == gluon_split.BLOCK and SPLIT_WARPS == 4
             and SPLIT == gluon_split.BLOCK * gluon_split.MAX_STEPS and FINE_SPLIT == gluon_split.BLOCK
             and gluon_split.supports(q, k_cache, v_cache, group_pad, rows_per_pass, passes)):
@@ -335,7 +334,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, Q_REGS=GLUON_SPLIT_Q_REGS, num_warps=4,
             **pdl_args("split"))
     else:
-        _split_kernel[grid](
+        _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
             q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t,
             GROUP=group, GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=passes, D=d,
