@@ -155,7 +155,20 @@ VARIANTS["res_late"] = {(triton_fused, "RES_EARLY"): False}
 # session 15 (staged, not yet run): the target's attention split in Gluon with its keys and values copied to shared
 # memory before the PDL wait (ops/gluon_split.py; the Triton kernel's bits by construction, no spills)
 VARIANTS["gluon_split"] = {(triton_attention, "GLUON_SPLIT"): True}
-VARIANTS["gluon_split_qreg"] = {(triton_attention, "GLUON_SPLIT"): True, (triton_attention, "GLUON_SPLIT_Q_REGS"): True}
+# (a form with the query tile as a register operand, gluon_split_qreg, was no faster: gluon_split_ab_* and
+# rope3_ab_h200_2026-11-30_session16.json; removed)
+# session 16: the q/k norm + RoPE kernel lets the split kernel launch at its start (PDL mode 3), so that the Gluon
+# split's key copies run during the qkv product rather than during RoPE alone
+_ROPE3 = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "rope": 3}}
+VARIANTS["rope3"] = _ROPE3
+VARIANTS["rope3_gluon_split"] = {**_ROPE3, **VARIANTS["gluon_split"]}
+for _p in (16, 32, 64):  # the Gluon split's programs per (row block, kv head), each walking its splits in turn
+    VARIANTS[f"rope3_gluon_p{_p}"] = {**VARIANTS["rope3_gluon_split"], (triton_attention, "GLUON_PROGRAMS"): _p}
+# its grid with the row blocks last (a graph's unused row blocks launch after the live programs); the split kernel
+# letting the combine launch right after its wait (PDL mode 2)
+VARIANTS["rope3_gluon_last"] = {**VARIANTS["rope3_gluon_p64"], (triton_attention, "GLUON_BLOCK_LAST"): True}
+VARIANTS["rope3_gluon_last_s2"] = {**VARIANTS["rope3_gluon_last"],
+                                   (triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "rope": 3, "split": 2}}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

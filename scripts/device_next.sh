@@ -19,7 +19,13 @@ if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (
 elif [ "$1" = 3 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_split 2>&1 | tail -3
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/gluon_split_ab.json \
-    qwen3-4b base gluon_split gluon_split_qreg base#2 gluon_split#2 2>&1 | grep "ctx "
+    qwen3-4b base gluon_split base#2 gluon_split#2 2>&1 | grep "ctx "
+elif [ "$1" = 4 ]; then  # session 16: the Gluon split with RoPE at PDL mode 3 (tests with mode 3, then the A/B)
+  timeout 240 python -c "import sys, pytest; import sparkdec.ops.triton_gemm as g; g.PDL_KINDS['rope'] = 3
+sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
+ 'gluon_split or bit_identical or replay_equals_eager or rows_in_blocks']))" 2>&1 | tail -3
+  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/rope3_ab.json qwen3-4b \
+    base rope3_gluon_p64 rope3_gluon_last rope3_gluon_last_s2 base#2 rope3_gluon_last#2 2>&1 | grep "ctx "
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
   timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"

@@ -551,12 +551,14 @@ def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     assert agrees_with_float64(batched, probs, 0.95, 1e-4)
 
 
-@pytest.mark.parametrize("hq,hkv,q_regs", [(32, 8, False), (16, 8, False), (8, 8, False), (32, 8, True)])
-def test_gluon_split_gives_the_triton_split_bits(hq, hkv, q_regs):
-    """The staged Gluon split kernel (ops/gluon_split.py, keys copied before the PDL wait) against the Triton split
-    kernel: the same output bits for rows alone and rows in blocks (a 40-row sequence: blocks that continue one),
-    fine and coarse splits, query groups of 4, 2 and 1, the query tile from shared memory or registers. (No writer
-    races the copies here: see the decoding test.)"""
+@pytest.mark.parametrize("hq,hkv,programs,block_last", [(32, 8, 32, False), (16, 8, 32, False), (8, 8, 32, False),
+                                                         (32, 8, 2, True)])
+def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last):
+    """The Gluon split kernel (ops/gluon_split.py, keys copied before the PDL wait) against the Triton split kernel:
+    the same output bits for rows alone and rows in blocks (a 40-row sequence: blocks that continue one), fine and
+    coarse splits, query groups of 4, 2 and 1; with 2 programs per (block, kv head) each program walks many splits
+    (and the grid puts the row blocks last).
+    (No writer races the copies here: see the decoding test.)"""
     import sparkdec.ops.triton_attention as ta
 
     ps, d = 16, 128
@@ -564,9 +566,9 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, q_regs):
     args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
     blocks = dict(blocks=(ctx.block_lead, ctx.block_rows))
     want = ta.triton_paged_attention(*args, **blocks)
-    saved = ta.GLUON_SPLIT, ta.GLUON_SPLIT_Q_REGS
+    saved = ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST
     try:
-        ta.GLUON_SPLIT, ta.GLUON_SPLIT_Q_REGS = True, q_regs
+        ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST = True, programs, block_last
         group_pad = hq // hkv
         assert ta.gluon_split.supports(q, kc, vc, group_pad, ta.QUERY_TILE // group_pad, 1)
         got = ta.triton_paged_attention(*args, **blocks, first_written=ctx.positions)
@@ -576,11 +578,11 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, q_regs):
                    ctx.max_kv_len, d ** -0.5)
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want[r:r + 1])
     finally:
-        ta.GLUON_SPLIT, ta.GLUON_SPLIT_Q_REGS = saved
+        ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST = saved
 
 
-@pytest.mark.parametrize("prefill_kernel", [True, False])
-def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel):
+@pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])
+def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last):
     """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward
     writes are loaded after the wait), gives the Triton split's tokens, through graphs and eager. Without the prefill
     kernel, prompt chunks of 20 and 35 tokens take the split kernel too: blocks that continue a sequence."""
@@ -595,6 +597,7 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     prompts = PROMPTS + [list(range(100, 400)) * 7]  # a 2100-token prompt: coarse splits past 2048
     want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(prompts, params)]
     monkeypatch.setattr(ta, "GLUON_SPLIT", True)
+    monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", block_last)  # (the grid's row blocks last)
     ran = []
     supports = ta.gluon_split.supports
     monkeypatch.setattr(ta.gluon_split, "supports", lambda *a: ran.append(supports(*a)) or ran[-1])

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - depends on the installed triton
 QR = 64  # query rows per tile (rows x heads of the kv group): the Triton kernel's QUERY_TILE
 D = 128  # head dim
 BLOCK = 64  # keys per step: triton_attention.SPLIT_BLOCK_N
-MAX_STEPS = 2  # steps of the longest split (SPLIT // BLOCK)
+MAX_STEPS = 2  # steps of the longest split (SPLIT // BLOCK; the loads after the wait are written out for 2)
 
 if AVAILABLE:
     _QR, _D, _BLOCK, _MAX_STEPS = (gl.constexpr(v) for v in (QR, D, BLOCK, MAX_STEPS))  # the same, for the kernels
@@ -43,12 +43,22 @@ if AVAILABLE:
                         FINE_SPLITS * FINE_N + (split - FINE_SPLITS) * SPLIT_N)
 
     @gluon.jit
+    def _slots(bt_ptr, seq, pos, keep, stride_bt, page_size):
+        """Cache slots [BLOCK] of positions pos of one sequence (0 where keep is false). Block tables are staged
+        before the forward: safe to read before the PDL wait."""
+        page = gl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
+        return page.to(gl.int64) * page_size + pos % page_size
+
+    @gluon.jit
+    def _slot_offsets(slot, kvh, stride_ks, stride_kh, LD: gl.constexpr):
+        """Element offsets [BLOCK, D] of kv head kvh's keys (and values) at cache slots slot [BLOCK]."""
+        d = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
+        return slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+
+    @gluon.jit
     def _kv_offsets(bt_ptr, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt, page_size, LD: gl.constexpr):
         """Element offsets [BLOCK, D] of kv head kvh's keys (and values) at positions pos of one sequence."""
-        d = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
-        page = gl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
-        slot = page.to(gl.int64) * page_size + pos % page_size
-        return slot[:, None] * stride_ks + kvh * stride_kh + d[None, :]
+        return _slot_offsets(_slots(bt_ptr, seq, pos, keep, stride_bt, page_size), kvh, stride_ks, stride_kh, LD)
 
     @gluon.jit
     def _copy_keys(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, keep, kvh, stride_ks, stride_kh, stride_bt,
@@ -59,12 +69,15 @@ if AVAILABLE:
         async_copy.async_copy_global_to_shared(v_dst, v_ptr + off, mask=keep[:, None])
 
     @gluon.jit
-    def _merge_new(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, pos, new, kvh, stride_ks, stride_kh, stride_bt,
-                   page_size, LD: gl.constexpr):
-        """The rows the forward wrote (new) loaded after the wait, over the copies made before it."""
-        off = _kv_offsets(bt_ptr, seq, pos, new, kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
-        k_new = gl.load(k_ptr + off, mask=new[:, None], other=0.0)
-        v_new = gl.load(v_ptr + off, mask=new[:, None], other=0.0)
+    def _load_new(k_ptr, v_ptr, slot, new, kvh, stride_ks, stride_kh, LD: gl.constexpr):
+        """The rows the forward wrote (new) at cache slots slot [BLOCK], into registers (zeros elsewhere)."""
+        off = _slot_offsets(slot, kvh, stride_ks, stride_kh, LD)
+        return (gl.load(k_ptr + off, mask=new[:, None], other=0.0),
+                gl.load(v_ptr + off, mask=new[:, None], other=0.0))
+
+    @gluon.jit
+    def _store_over(k_dst, v_dst, k_new, v_new, new, LD: gl.constexpr):
+        """The new rows written over the copies made before the wait (the copies already landed)."""
         k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
         v_dst.store(gl.where(new[:, None], v_new, v_dst.load(LD)))
 
@@ -73,41 +86,48 @@ if AVAILABLE:
                             first_ptr, scale, stride_qt, stride_qh, stride_ks, stride_kh, stride_bt, page_size,
                             num_splits, num_heads, num_rows, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr,
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
-                            PDL: gl.constexpr, Q_REGS: gl.constexpr):
+                            PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
+                            PDL: gl.constexpr):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _D, 16])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
         kvh = gl.program_id(1)
+        if BLOCK_LAST:  # grid (programs, kv heads, row blocks): a graph's unused row blocks launch after the live ones
+            blk = gl.program_id(2)
+            split = gl.program_id(0)  # the first of the splits split, split + PROGRAMS, ... this program reduces
+        else:  # grid (row blocks, kv heads, programs)
+            blk = gl.program_id(0)
+            split = gl.program_id(2)
         # the row block, its rows' kv lengths and positions: all staged before the forward
-        lead = gl.load(lead_ptr + gl.program_id(0))
-        n_rows = gl.minimum(gl.load(nrow_ptr + gl.program_id(0)), num_rows - lead)
+        lead = gl.load(lead_ptr + blk)
+        n_rows = gl.minimum(gl.load(nrow_ptr + blk), num_rows - lead)
         has_block = (lead >= 0) & (lead < num_rows)
         seq = gl.load(seq_ptr + gl.maximum(lead, 0))
         si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))  # the softmax's rows, in the S accumulator's layout
         s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
         lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
         max_len = gl.max(lens, 0)
-        split = gl.program_id(2)  # one split per program (a loop over more crashed triton 3.6's lowering)
         start0 = _split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
-        # a program whose split holds no key exits at once: it reads nothing the previous kernel writes (program
+        # a program whose first split holds no key (so no later one does) exits at once: it reads nothing the previous kernel writes (program
         # (0, 0, 0) always waits, so that this grid never ends before the previous one)
-        if (start0 < max_len) | ((gl.program_id(0) == 0) & (gl.program_id(1) == 0) & (split == 0)):
+        if (start0 < max_len) | ((blk == 0) & (kvh == 0) & (split == 0)):
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PDL, Q_REGS, LD, S_L, O_L, P_L)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                        stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows,
                        has_block, seq, lens, max_len, kvh, split, start0, GROUP: gl.constexpr,
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
-                       FINE_SPLITS: gl.constexpr, PDL: gl.constexpr, Q_REGS: gl.constexpr, LD: gl.constexpr,
-                       S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr):
-        """One split of one row block: copies before the wait, the rest after it. Q_REGS: the query tile is the first
-        product's operand from registers (72 KB of shared memory per program, not 80: three fit on an SM)."""
+                       FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
+                       LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr):
+        """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
+        after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
+        memory: two programs per SM."""
         SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
         k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
         v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
@@ -124,6 +144,14 @@ if AVAILABLE:
                        (pos < gl.minimum(first_new, max_len)) & (start0 < max_len) & (i < steps), kvh, stride_ks,
                        stride_kh, stride_bt, page_size, LD)
         async_copy.commit_group()
+        # where the rows this forward writes lie in the split (written out for its two steps: MAX_STEPS == 2)
+        fresh = (start0 < max_len) & (start0 + steps * _BLOCK > first_new)
+        pos0 = start0 + kpos
+        pos1 = pos0 + _BLOCK
+        new0 = (pos0 >= first_new) & (pos0 < max_len) & fresh
+        new1 = (pos1 >= first_new) & (pos1 < max_len) & fresh & (steps > 1)
+        slot0 = _slots(bt_ptr, seq, pos0, new0, stride_bt, page_size)
+        slot1 = _slots(bt_ptr, seq, pos1, new1, stride_bt, page_size)
         if PDL:
             gdc_wait()
             if PDL == 2:
@@ -136,33 +164,61 @@ if AVAILABLE:
         q_head = kvh * GROUP + qi % GROUP_PAD
         q = gl.load(q_ptr + q_row[:, None] * stride_qt + q_head[:, None] * stride_qh + qd[None, :],
                     mask=q_live[:, None], other=0.0)
-        if Q_REGS:
-            q_op = gl.convert_layout(q, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
-        else:
-            q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
-            q_op.store(q)
+        # the rows this forward wrote, loaded beside the query tile (one memory round trip after the wait, not
+        # two; their slots were read before it); only a split holding some loads anything
+        k_new0, v_new0 = _load_new(k_ptr, v_ptr, slot0, new0, kvh, stride_ks, stride_kh, LD)
+        k_new1, v_new1 = _load_new(k_ptr, v_ptr, slot1, new1, kvh, stride_ks, stride_kh, LD)
+        q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
+        q_op.store(q)
         async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
         gl.thread_barrier()
         if start0 < max_len:
-            if start0 + steps * _BLOCK > first_new:  # the split holds rows this forward wrote: load them now
-                for i in gl.static_range(_MAX_STEPS):
-                    pos = start0 + i * _BLOCK + kpos
-                    _merge_new(k_ptr, v_ptr, bt_ptr, k_smem.index(i), v_smem.index(i), seq, pos,
-                               (pos >= first_new) & (pos < max_len) & (i < steps), kvh, stride_ks, stride_kh,
-                               stride_bt, page_size, LD)
+            if fresh:
+                _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD)
+                _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
             fence_async_shared()
             gl.thread_barrier()
             m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L)
             _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
                             split, GROUP, GROUP_PAD, S_L, O_L)
+        for j in range(1, ITERS):
+            split_j = split + j * PROGRAMS
+            start_j = _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS)
+            if start_j < max_len:
+                _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
+                             stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
+                             lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
+                             FINE_SPLITS, LD, S_L, O_L, P_L)
         if PDL == 1:
             gdc_launch_dependents()
+
+    @gluon.jit
+    def _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
+                     stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq, lens, max_len, kvh,
+                     split, start, kpos, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr,
+                     FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
+                     O_L: gl.constexpr, P_L: gl.constexpr):
+        """A split after the program's first (after the wait: every key is there): copied into the same buffers
+        once every warp's products of the previous split are done, then reduced."""
+        steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
+        gl.thread_barrier()
+        for i in gl.static_range(_MAX_STEPS):
+            pos = start + i * _BLOCK + kpos
+            _copy_keys(k_ptr, v_ptr, bt_ptr, k_smem.index(i), v_smem.index(i), seq, pos,
+                       (pos < max_len) & (i < steps), kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
+        async_copy.commit_group()
+        async_copy.wait_group(0)
+        fence_async_shared()
+        gl.thread_barrier()
+        m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L)
+        _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
+                        GROUP, GROUP_PAD, S_L, O_L)
 
     @gluon.jit
     def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
                       P_L: gl.constexpr):
         """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values); q_op: the query
-        tile in shared memory or as a register operand."""
+        tile in shared memory."""
         m_i = gl.full([_QR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_L))
         l_i = gl.zeros([_QR], gl.float32, layout=gl.SliceLayout(1, S_L))
         acc = gl.zeros([_QR, _D], gl.float32, layout=O_L)

@@ -36,9 +36,12 @@ PROGRAMS_ONE_ROW = 64
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 # a layer's split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
-# bits by construction). Staged in session 15, compile-tested for sm_90, NOT yet run on a GPU: off
+# bits: H200 tests pass). Off: 4B decode replay at 1k 2.70 -> 2.66 ms (with the q/k norm + RoPE kernel at PDL mode
+# 3, so that the copies run during the qkv product), but 8-row verify 2.87 -> 2.92-2.96 and 8k 3.25 -> 3.43-3.60
+# (rope3_ab_h200_2026-11-30_session16*.json)
 GLUON_SPLIT = False
-GLUON_SPLIT_Q_REGS = False  # its query tile as a register operand: 72 KB of shared memory per program, not 80
+GLUON_PROGRAMS = 64  # the Gluon split's programs per (row block, kv head), each walking the splits p, p + 64, ...
+GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused row blocks launch after the live ones
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 
@@ -327,12 +330,13 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
     if (GLUON_SPLIT and first_written is not None and SPLIT_BLOCK_N == gluon_split.BLOCK and SPLIT_WARPS == 4
             and SPLIT == gluon_split.BLOCK * gluon_split.MAX_STEPS and FINE_SPLIT == gluon_split.BLOCK
             and gluon_split.supports(q, k_cache, v_cache, group_pad, rows_per_pass, passes)):
-        # one program per split (grid sized like the Triton kernel's, times ITERS)
-        gluon_split._gluon_split_kernel[(lead.shape[0], hkv, programs * iters)](
+        g_programs = min(programs * iters, GLUON_PROGRAMS)  # (programs * iters: the splits, rounded to a power of 2)
+        grid = (g_programs, hkv, lead.shape[0]) if GLUON_BLOCK_LAST else (lead.shape[0], hkv, g_programs)
+        gluon_split._gluon_split_kernel[grid](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
-            hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, Q_REGS=GLUON_SPLIT_Q_REGS, num_warps=4,
-            **pdl_args("split"))
+            hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
+            ITERS=programs * iters // g_programs, BLOCK_LAST=GLUON_BLOCK_LAST, num_warps=4, **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),

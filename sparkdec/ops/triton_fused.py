@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.ops.partials import Partials
-from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
+from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 
 @triton.jit
@@ -102,6 +102,7 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
 def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, eps,
                            stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols,
                            NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
+    pdl_launch_early(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
     offs = tl.arange(0, HALF)

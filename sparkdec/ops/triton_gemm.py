@@ -28,7 +28,8 @@ from sparkdec.ops.tile_tables import read_table
 BLOCK_M = 16
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # programmatic dependent launch: 0 off; 1: a kernel lets the next launch after its main work; 2: right after its
-# own wait (the next kernel's programs start and load their first weight tile while this one runs).
+# own wait (the next kernel's programs start and load their first weight tile while this one runs); 3 (the q/k norm +
+# RoPE kernel only, pdl_launch_early): at its start, before its wait.
 # SPARKDEC_PDL overrides; read at every launch, so an A/B run can switch it in one process.
 PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # up to 16 bf16 rows on an H200/H100 run the Gluon product (ops/gluon_gemv.py, same bits) for the shapes in its
@@ -77,6 +78,15 @@ def pdl_wait(PDL: tl.constexpr):
         gdc_wait()
         if PDL == 2:
             gdc_launch_dependents()
+
+
+@triton.jit
+def pdl_launch_early(PDL: tl.constexpr):
+    """Mode 3: let the next kernel launch at this kernel's start, before its wait, so that the next kernel's work
+    that reads nothing of this one's (the Gluon split's key copies) runs during the kernel before this one. Safe:
+    the next kernel's own wait still waits for this whole grid, and this grid for the one before it."""
+    if PDL == 3:
+        gdc_launch_dependents()
 
 
 @triton.jit
