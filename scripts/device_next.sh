@@ -26,6 +26,11 @@ sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cachepro
  'gluon_split or bit_identical or replay_equals_eager or rows_in_blocks']))" 2>&1 | tail -3
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/rope3_ab.json qwen3-4b \
     base rope3_gluon_p64 rope3_gluon_last rope3_gluon_last_s2 base#2 rope3_gluon_last#2 2>&1 | grep "ctx "
+elif [ "$1" = 5 ]; then  # session 16: the combine's chunks past the unrolled ones in a loop; 40k-context graphs
+  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
+    "bit_identical or replay_equals_eager or rows_in_blocks or row_ranges" 2>&1 | tail -2
+  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_static_ab.json \
+    qwen3-4b static64 static8 mml40k_static64 mml40k_static8 mml40k_static4 2>&1 | grep "ctx "
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
   timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"

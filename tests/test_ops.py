@@ -75,6 +75,11 @@ assert torch.allclose(coarse, ref, atol=1e-5, rtol=1e-5)
 ta.COMBINE_UNROLL = not ta.COMBINE_UNROLL  # the combine's chunk loops unrolled or not: the same operations
 assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
                                           d ** -0.5), coarse)
+ta.COMBINE_UNROLL = True
+ta.COMBINE_STATIC_CHUNKS = 1  # one chunk unrolled, the rest in the loop that stops at each row's own splits
+for bound in (2200, 9000):  # ... and a grid sized for a longer context (as a graph's): the same bits
+    assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, bound,
+                                              d ** -0.5), coarse), bound
 print("ok")
 """
 

@@ -54,8 +54,11 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return my - b * mx, b
 
 
+MAX_MODEL_LEN: int | None = None  # the engines' context window (None: ctx + 1024; A/B runs set a model's own)
+
+
 def make_engine(models, ctx: int, spec: bool) -> Engine:
-    cfg = EngineConfig(device="cuda", max_model_len=ctx + 1024, kv_cache_tokens=4 * (ctx + 1100),
+    cfg = EngineConfig(device="cuda", max_model_len=MAX_MODEL_LEN or ctx + 1024, kv_cache_tokens=4 * (ctx + 1100),
                        max_num_seqs=4, max_batched_tokens=max(2048, ctx), speculative=spec)
     return Engine(cfg, models=models)
 

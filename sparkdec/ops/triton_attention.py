@@ -44,6 +44,9 @@ GLUON_PROGRAMS = 64  # the Gluon split's programs per (row block, kv head), each
 GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused row blocks launch after the live ones
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
+# ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each: 128 splits cover 14k keys); the rest loop, stopping at
+# the row's own splits, so that a graph sized for a 40k context does not run 32 unrolled chunks for a 1k row
+COMBINE_STATIC_CHUNKS = 8
 
 
 @triton.jit
@@ -178,7 +181,7 @@ def attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale):
 @triton.jit
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, UNROLL: tl.constexpr,
+                    CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr,
                     PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
@@ -189,33 +192,33 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row.to(tl.int64) * num_heads + h) * num_splits
-    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, UNROLL)
+    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, STATIC)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
 @triton.jit
 def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
-                    D: tl.constexpr, D_PAD: tl.constexpr, UNROLL: tl.constexpr):
+                    D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr):
     """The splits' maximum first, then the weighted sums. (A one-pass form rescaling as the maximum grows was no
     faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)
-    NOTE: fixed-size chunks of splits, summed chunk after chunk: the order depends on nothing but the row itself
-    (not on how many splits the grid was sized for). UNROLL: the same operations unrolled, so that the compiler can
-    issue every chunk's loads at once instead of one memory round trip per chunk (same bits)."""
+    NOTE: fixed-size chunks of splits, summed chunk after chunk; a chunk past the row's own splits leaves the sums
+    untouched: the order and the operations depend on nothing but the row itself (not on how many splits the grid
+    was sized for). The first STATIC chunks are unrolled, so that the compiler can issue their loads at once instead
+    of one memory round trip per chunk; the rest loop, each stopping at once past the row's splits (same bits)."""
+    n_chunks = tl.cdiv(used, CHUNK)
     m = tl.full([CHUNK], float("-inf"), tl.float32)
-    if UNROLL:
-        for c in tl.static_range(CHUNKS):
-            m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
-    else:
-        for c in range(0, CHUNKS):
+    for c in tl.static_range(STATIC):
+        m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
+    for c in range(STATIC, CHUNKS):
+        if c < n_chunks:
             m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
     m_max = tl.max(m, 0)
-    total = 0.0
+    total = tl.zeros([1], tl.float32)
     acc = tl.zeros([D_PAD], tl.float32)
-    if UNROLL:
-        for c in tl.static_range(CHUNKS):
-            total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
-    else:
-        for c in range(0, CHUNKS):
+    for c in tl.static_range(STATIC):
+        total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
+    for c in range(STATIC, CHUNKS):
+        if c < n_chunks:
             total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
     return acc / total
 
@@ -229,14 +232,15 @@ def _chunk_max(ml_ptr, base, used, sp, c, CHUNK: tl.constexpr):
 
 @triton.jit
 def _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK: tl.constexpr, D: tl.constexpr):
-    """Chunk c's splits added to the running (sum of weights, weighted values)."""
+    """Chunk c's splits added to the running (sum of weights [1], weighted values); a chunk past the used splits
+    leaves both exactly as they were."""
     idx = base + c * CHUNK + sp
     live = c * CHUNK + sp < used
     w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
-    total += tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0)
     parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
-    acc += tl.sum(parts * w[:, None], 0)
-    return total, acc
+    keep = c * CHUNK < used
+    total = tl.where(keep, total + tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0), total)
+    return total, tl.where(keep, acc + tl.sum(parts * w[:, None], 0), acc)
 
 
 WORKSPACE_BYTES = 1 << 29  # eager calls whose split workspace would exceed this run in row ranges
@@ -310,9 +314,11 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
             fine: dict) -> None:
     """The splits' partials (acc, ml) of every row and head, reduced in a fixed order -> out [T, Hq, D]."""
     t, hq, d = out.shape
+    chunks = triton.next_power_of_2(triton.cdiv(splits, CHUNK))  # (a power of two: few compiled variants)
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
-                             CHUNK=CHUNK, CHUNKS=triton.next_power_of_2(triton.cdiv(splits, CHUNK)), D=d,
-                             D_PAD=max(16, triton.next_power_of_2(d)), UNROLL=COMBINE_UNROLL, **pdl_args("combine"))
+                             CHUNK=CHUNK, CHUNKS=chunks, D=d, D_PAD=max(16, triton.next_power_of_2(d)),
+                             STATIC=min(chunks, COMBINE_STATIC_CHUNKS) if COMBINE_UNROLL else 0,
+                             **pdl_args("combine"))
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
