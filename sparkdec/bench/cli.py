@@ -9,10 +9,12 @@ from sparkdec.bench.provenance import commit
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    from sparkdec.bench.kernels import main
+    from sparkdec.bench import kernels
 
+    kernels.MAX_MODEL_LEN = args.max_model_len
+    window = f" --max-model-len {args.max_model_len}" if args.max_model_len else ""
     meta = dict(date=datetime.date.today().isoformat(), commit=commit(), command="sparkdec bench kernels "
-                f"--shapes {args.shapes} --contexts {args.contexts}")
+                f"--shapes {args.shapes} --contexts {args.contexts}{window}")
 
     def save(res: dict) -> None:  # after every shape/context, so a run cut short keeps what it measured
         res.update(meta)
@@ -20,7 +22,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
             with open(args.out, "w") as f:
                 json.dump(res, f, indent=1)
 
-    res = main(tuple(args.shapes.split(",")), tuple(int(c) for c in args.contexts.split(",")),
+    res = kernels.main(tuple(args.shapes.split(",")), tuple(int(c) for c in args.contexts.split(",")),
                peer=not args.no_peer, simulate=not args.no_sim, on_run=save)
     save(res)
     print(json.dumps(res))
@@ -48,6 +50,8 @@ def register(sub, add_engine_args, engine_kwargs) -> None:
     k = bsub.add_parser("kernels", help="decode/verify/propose cost against the memory floor, random weights")
     k.add_argument("--shapes", default="qwen3-4b,qwen3-8b")
     k.add_argument("--contexts", default="1024,8192")
+    k.add_argument("--max-model-len", type=int, help="the engines' context window, which sizes the graphs' attention "
+                   "grids (default: the context + 1024; a served Qwen3 model's own window is 40960)")
     k.add_argument("--no-peer", action="store_true", help="skip the Hugging Face eager peer")
     k.add_argument("--no-sim", action="store_true", help="skip the simulated-acceptance rounds")
     k.add_argument("--out", help="write the JSON here too")

@@ -255,7 +255,8 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     plain.abort(seq.request_id)  # NOTE: batch 1: the sampled request decodes alone
     sampled = decode_ms(plain, prefill(plain, ctx, 100, seed=3, sampling=SAMPLED), 64)
     res = {"prefill_ttft_ms": ttft, "prefill_tokens_per_s": ctx / ttft * 1e3, "decode_graph_replay_ms": replay, "host_ms_per_decode_step": dec - replay if replay else None,
-           "shape": shape, "ctx": ctx, "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
+           "shape": shape, "ctx": ctx, "max_model_len": plain.max_model_len,
+           "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes, "floor_ms": floor_ms,
            "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec, "fraction_of_floor": floor_ms / dec,
            "plain_sampled_decode_ms": sampled, "sampling": SAMPLED}
     spec = make_engine(models, ctx, spec=True)
@@ -297,7 +298,7 @@ def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True, on_ru
             results["runs"].append(r)
             if on_run is not None:
                 on_run(results)
-            print(f"{shape} ctx {ctx}: prefill {r['prefill_ttft_ms']:.1f} ms, plain {r['plain_decode_ms']:.2f} ms/token ({r['fraction_of_floor']:.0%} of floor "
+            print(f"{shape} ctx {ctx} (window {r['max_model_len']}): prefill {r['prefill_ttft_ms']:.1f} ms, plain {r['plain_decode_ms']:.2f} ms/token ({r['fraction_of_floor']:.0%} of floor "
                   f"{r['floor_ms']:.2f} ms), verify(1) {r['verify_ms'][1]:.2f} verify(8) {r['verify_ms'][8]:.2f} ms, "
                   f"propose {r['propose_ms']:.2f} ms (device {r['propose_device_ms'] or 0:.2f}, floor "
                   f"{r['propose_floor_ms']:.2f}), sampled: plain "
