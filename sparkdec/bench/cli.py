@@ -12,7 +12,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from sparkdec.bench import kernels
 
     kernels.MAX_MODEL_LEN = args.max_model_len
-    window = f" --max-model-len {args.max_model_len}" if args.max_model_len else ""
+    window = "" if args.max_model_len is None else f" --max-model-len {args.max_model_len}"
     meta = dict(date=datetime.date.today().isoformat(), commit=commit(), command="sparkdec bench kernels "
                 f"--shapes {args.shapes} --contexts {args.contexts}{window}")
 
@@ -51,7 +51,7 @@ def register(sub, add_engine_args, engine_kwargs) -> None:
     k.add_argument("--shapes", default="qwen3-4b,qwen3-8b")
     k.add_argument("--contexts", default="1024,8192")
     k.add_argument("--max-model-len", type=int, help="the engines' context window, which sizes the graphs' attention "
-                   "grids (default: the context + 1024; a served Qwen3 model's own window is 40960)")
+                   "grids (default: the model's own, as a served model runs; 0: the context + 1024)")
     k.add_argument("--no-peer", action="store_true", help="skip the Hugging Face eager peer")
     k.add_argument("--no-sim", action="store_true", help="skip the simulated-acceptance rounds")
     k.add_argument("--out", help="write the JSON here too")

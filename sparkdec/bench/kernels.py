@@ -54,11 +54,14 @@ def fit_line(xs, ys) -> tuple[float, float]:
     return my - b * mx, b
 
 
-MAX_MODEL_LEN: int | None = None  # the engines' context window (None: ctx + 1024; A/B runs set a model's own)
+# the engines' context window, which sizes the graphs' attention grids: None = the model's own (the engine's default:
+# what a served model runs with; 40960 for the Qwen3 shapes); 0 = the context + 1024 (the bench before session 16)
+MAX_MODEL_LEN: int | None = None
 
 
 def make_engine(models, ctx: int, spec: bool) -> Engine:
-    cfg = EngineConfig(device="cuda", max_model_len=MAX_MODEL_LEN or ctx + 1024, kv_cache_tokens=4 * (ctx + 1100),
+    window = None if MAX_MODEL_LEN is None else MAX_MODEL_LEN or ctx + 1024
+    cfg = EngineConfig(device="cuda", max_model_len=window, kv_cache_tokens=4 * (ctx + 1100),
                        max_num_seqs=4, max_batched_tokens=max(2048, ctx), speculative=spec)
     return Engine(cfg, models=models)
 
