@@ -178,6 +178,7 @@ VARIANTS["window_ctx"] = {(bench_kernels, "MAX_MODEL_LEN"): 0}  # the window bef
 for _c in (0, 1, 2, 4, 8, 64):
     VARIANTS[f"static{_c}"] = {(triton_attention, "COMBINE_STATIC_CHUNKS"): _c}
     VARIANTS[f"mml40k_static{_c}"] = {**_MML, (triton_attention, "COMBINE_STATIC_CHUNKS"): _c}
+VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # (not yet run) the rest in a while loop
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Device runs for the next session. Session 15 ran out of device time before the whole GPU suite ran with its last
-# two changes: the slices' RMSNorm reading its residual before its PDL wait (triton_fused.RES_EARLY, on; the spec ==
-# plain, replay == eager and slices tests passed with it) and the top-p mask without cummax (sampling.after_first_past;
-# the 8 sampled/top-p GPU tests passed with it).
-# usage (device tool): bash scripts/device_next.sh 1   then   bash scripts/device_next.sh 2   (each < 600 s)
-# 1. the GPU suite (all but the staged Gluon split's tests), then the 4B kernel bench at 1k and 8k
+# Device runs for the next session (each < 600 s). Session 16 spent its device time; what it did not run on a GPU:
+# the whole suite with the combine's 2 unrolled chunks (the 4 attention / spec == plain / replay == eager tests passed
+# with it), and the combine's while loop (COMBINE_WHILE, off, step 6).
+# usage (device tool): bash scripts/device_next.sh N
+# 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
-# 3. the staged Gluon attention split (ops/gluon_split.py, off): its two GPU tests (the Triton split's bits; greedy
-#    decoding through graphs and eager equal to the Triton split's), then the 4B A/B at 1k and 8k
+# 3. the Gluon attention split (ops/gluon_split.py, off): its GPU tests, then the 4B A/B at 1k and 8k
+# 4. the Gluon split with the q/k norm + RoPE kernel at PDL mode 3 (session 16's A/B)
+# 5. the combine's unrolled chunks with a 40k window (session 16's A/B)
+# 6. the combine's while loop: the attention and parity tests with it on, then the A/B (40k window)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
 if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (step 3), then the bench
@@ -31,6 +32,12 @@ elif [ "$1" = 5 ]; then  # session 16: the combine's chunks past the unrolled on
     "bit_identical or replay_equals_eager or rows_in_blocks or row_ranges" 2>&1 | tail -2
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_static_ab.json \
     qwen3-4b static64 static8 mml40k_static64 mml40k_static8 mml40k_static4 2>&1 | grep "ctx "
+elif [ "$1" = 6 ]; then
+  timeout 200 python -c "import sys, pytest; import sparkdec.ops.triton_attention as ta; ta.COMBINE_WHILE = True
+sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
+ 'bit_identical or replay_equals_eager or rows_in_blocks or row_ranges']))" 2>&1 | tail -2
+  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_while_ab.json \
+    qwen3-4b base combine_while window_ctx base#2 combine_while#2 2>&1 | grep "ctx "
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
   timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"

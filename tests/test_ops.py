@@ -77,7 +77,8 @@ assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_s
                                           d ** -0.5), coarse)
 ta.COMBINE_UNROLL = True
 ta.COMBINE_STATIC_CHUNKS = 1  # one chunk unrolled, the rest in the loop that stops at each row's own splits
-for bound in (2200, 9000):  # ... and a grid sized for a longer context (as a graph's): the same bits
+for bound, loop in ((2200, False), (9000, False), (9000, True)):  # ... a grid sized for a longer context (as a
+    ta.COMBINE_WHILE = loop  # graph's), the rest in a while loop: the same bits
     assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, bound,
                                               d ** -0.5), coarse), bound
 print("ok")

@@ -49,6 +49,9 @@ COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its load
 # and 4.58 at 8k, verify(8) 5.3 / 6.0 ms (2.76 / 3.43 with a window of ctx + 1024); 2 chunks: 2.85 / 3.44, 2.90 /
 # 3.67 (0, 1, 4, 8: slower), and unchanged with the small window (combine_static_ab_h200_2026-11-30_session16.json)
 COMBINE_STATIC_CHUNKS = 2
+# the rest as a while loop ending at the row's own chunks rather than a loop over every chunk of the grid testing each
+# (same operations: same bits). Written in session 16 after the device time was spent: NOT yet measured, off
+COMBINE_WHILE = False
 
 
 @triton.jit
@@ -184,7 +187,7 @@ def attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale):
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
                     CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr,
-                    PDL: tl.constexpr):
+                    WHILE: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     h = tl.program_id(1)
     # staged before the forward: read before the wait
@@ -194,13 +197,13 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row.to(tl.int64) * num_heads + h) * num_splits
-    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, STATIC)
+    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, STATIC, WHILE)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
 @triton.jit
 def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
-                    D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr):
+                    D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr, WHILE: tl.constexpr):
     """The splits' maximum first, then the weighted sums. (A one-pass form rescaling as the maximum grows was no
     faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)
     NOTE: fixed-size chunks of splits, summed chunk after chunk; a chunk past the row's own splits leaves the sums
@@ -211,17 +214,29 @@ def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr,
     m = tl.full([CHUNK], float("-inf"), tl.float32)
     for c in tl.static_range(STATIC):
         m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
-    for c in range(STATIC, CHUNKS):
-        if c < n_chunks:
+    if WHILE:  # the loop ends at the row's own chunks (no dead iterations in a grid sized for a long window)
+        c = STATIC
+        while c < n_chunks:
             m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
+            c += 1
+    else:
+        for c in range(STATIC, CHUNKS):
+            if c < n_chunks:
+                m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
     m_max = tl.max(m, 0)
     total = tl.zeros([1], tl.float32)
     acc = tl.zeros([D_PAD], tl.float32)
     for c in tl.static_range(STATIC):
         total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
-    for c in range(STATIC, CHUNKS):
-        if c < n_chunks:
+    if WHILE:
+        c = STATIC
+        while c < n_chunks:
             total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
+            c += 1
+    else:
+        for c in range(STATIC, CHUNKS):
+            if c < n_chunks:
+                total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
     return acc / total
 
 
@@ -320,7 +335,7 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=chunks, D=d, D_PAD=max(16, triton.next_power_of_2(d)),
                              STATIC=min(chunks, COMBINE_STATIC_CHUNKS) if COMBINE_UNROLL else 0,
-                             **pdl_args("combine"))
+                             WHILE=COMBINE_WHILE, **pdl_args("combine"))
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
