@@ -197,7 +197,7 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
                            spec_verify1_replay_ms=graph_replay_ms(eng, seq), spec_verify8_replay_ms=graph_replay_ms(
                                eng, seq, 8))
             else:
-                res.update(decode_ms=decode_ms(eng, seq, 64), replay1_ms=graph_replay_ms(eng, seq),
+                res.update(window=eng.max_model_len, decode_ms=decode_ms(eng, seq, 64), replay1_ms=graph_replay_ms(eng, seq),
                            replay8_ms=graph_replay_ms(eng, seq, 8))
             del eng, seq
             gc.collect()
@@ -215,7 +215,7 @@ def main() -> None:
     bw = copy_bandwidth()
     models = random_models(shape)
     floor_ms = param_bytes(models[0]) / bw * 1e3
-    results = {"shape": shape, "window": bench_kernels.MAX_MODEL_LEN or "the model's own", "copy_bandwidth": bw, "weights_floor_ms": floor_ms, "runs": {}}
+    results = {"shape": shape, "copy_bandwidth": bw, "weights_floor_ms": floor_ms, "runs": {}}
     for ctx in [int(c) for c in os.environ.get("AB_CONTEXTS", "1024,8192").split(",")]:
         for name in names:
             r = run_variant(models, ctx, VARIANTS[name.split("#")[0]])

@@ -11,6 +11,8 @@ from sparkdec.bench.provenance import commit
 def cmd_kernels(args: argparse.Namespace) -> int:
     from sparkdec.bench import kernels
 
+    if args.max_model_len is not None and args.max_model_len < 0:
+        raise SystemExit("--max-model-len must be 0 (the context + 1024) or a positive window")
     kernels.MAX_MODEL_LEN = args.max_model_len
     window = "" if args.max_model_len is None else f" --max-model-len {args.max_model_len}"
     meta = dict(date=datetime.date.today().isoformat(), commit=commit(), command="sparkdec bench kernels "

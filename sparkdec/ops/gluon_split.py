@@ -1,5 +1,5 @@
 """Hopper (sm_90) attention split kernel in Gluon: triton_attention's split kernel with its keys and values copied to
-shared memory before the PDL wait (staged, off: triton_attention.GLUON_SPLIT).
+shared memory before the PDL wait (off: triton_attention.GLUON_SPLIT; measured in session 16, see there).
 
 The Triton split kernel loads a split's keys and values only after its wait, so every decode layer pays an HBM round
 trip after the q/k norm + RoPE kernel ends. Here each program starts cp.async copies of its split's keys and values
@@ -11,8 +11,9 @@ BLOCK_ROWS of them in the forward) copies nothing before the wait.
 
 The arithmetic is the Triton kernel's, written out with the layouts Triton chose for it on sm_90 (its TTGIR): q and
 keys in shared memory, S = q K^T by wgmma m64n64k16, the online softmax in that accumulator's layout, P from registers
-into wgmma m64n128k16 accumulating onto acc * alpha. So a row's partials should be the Triton kernel's bits
-(tests/test_gpu.py checks it). One split per program. Compiled for sm_90 in CPU CI; NOT yet run on a GPU.
+into wgmma m64n128k16 accumulating onto acc * alpha. So a row's partials are the Triton kernel's bits
+(tests/test_gpu.py, passed on the H200). A program's first split is copied before the wait; its later ones (split +
+PROGRAMS, ...) after it, one after another. Compiled for sm_90 in CPU CI.
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ if AVAILABLE:
                        LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
-        memory: two programs per SM."""
+        memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM."""
         SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
         k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
         v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)

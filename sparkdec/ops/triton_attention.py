@@ -214,9 +214,10 @@ def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr,
     m = tl.full([CHUNK], float("-inf"), tl.float32)
     for c in tl.static_range(STATIC):
         m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
+    last = tl.minimum(n_chunks, CHUNKS)  # (n_chunks <= CHUNKS whenever row_kv_len <= max_kv_len, as callers vouch)
     if WHILE:  # the loop ends at the row's own chunks (no dead iterations in a grid sized for a long window)
         c = STATIC
-        while c < n_chunks:
+        while c < last:
             m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
             c += 1
     else:
@@ -230,7 +231,7 @@ def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr,
         total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
     if WHILE:
         c = STATIC
-        while c < n_chunks:
+        while c < last:
             total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
             c += 1
     else:
@@ -359,7 +360,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
-            ITERS=programs * iters // g_programs, BLOCK_LAST=GLUON_BLOCK_LAST, num_warps=4, **pdl_args("split"))
+            ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST, num_warps=4, **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
