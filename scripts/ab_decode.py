@@ -10,6 +10,7 @@ the engine's default) since session 16; variant window_ctx gives the earlier ctx
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -183,11 +184,21 @@ PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 
 
-def run_variant(models, ctx: int, overrides: dict) -> dict:
+@contextlib.contextmanager
+def patched(overrides: dict):
+    """Module settings {(module, name): value} set for the block, restored after it."""
     saved = {key: getattr(*key) for key in overrides}
     for (mod, name), value in overrides.items():
         setattr(mod, name, value)
     try:
+        yield
+    finally:
+        for (mod, name), value in saved.items():
+            setattr(mod, name, value)
+
+
+def run_variant(models, ctx: int, overrides: dict) -> dict:
+    with patched(overrides):
         res = {}
         for spec in (True,) if PROPOSE_ONLY else (False,) if PLAIN_ONLY else (False, True):
             eng = make_engine(models, ctx, spec=spec)
@@ -197,15 +208,12 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
                            spec_verify1_replay_ms=graph_replay_ms(eng, seq), spec_verify8_replay_ms=graph_replay_ms(
                                eng, seq, 8))
             else:
-                res.update(window=eng.max_model_len, decode_ms=decode_ms(eng, seq, 64), replay1_ms=graph_replay_ms(eng, seq),
-                           replay8_ms=graph_replay_ms(eng, seq, 8))
+                res.update(window=eng.max_model_len, decode_ms=decode_ms(eng, seq, 64),
+                           replay1_ms=graph_replay_ms(eng, seq), replay8_ms=graph_replay_ms(eng, seq, 8))
             del eng, seq
             gc.collect()
             torch.cuda.empty_cache()
         return res
-    finally:
-        for (mod, name), value in saved.items():
-            setattr(mod, name, value)
 
 
 def main() -> None:

@@ -9,6 +9,7 @@
 # 4. the Gluon split with the q/k norm + RoPE kernel at PDL mode 3 (session 16's A/B)
 # 5. the combine's unrolled chunks with a 40k window (session 16's A/B)
 # 6. the combine's while loop: the attention and parity tests with it on, then the A/B (40k window)
+# 7. where the Gluon split loses at 8k and at 8 rows: the kernel timelines of the Triton and Gluon splits at ctx 8k
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
 if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (step 3), then the bench
@@ -38,6 +39,9 @@ sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cachepro
  'bit_identical or replay_equals_eager or rows_in_blocks or row_ranges']))" 2>&1 | tail -2
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_while_ab.json \
     qwen3-4b base combine_while window_ctx base#2 combine_while#2 2>&1 | grep "ctx "
+elif [ "$1" = 7 ]; then
+  TIMELINE_CTX=8192 TIMELINE_VARIANTS=base,rope3_gluon_last_s2 timeout 300 python scripts/graph_timeline.py \
+    $OUT/graph_timeline_gluon_8k.json 2>&1 | grep -E "^==|^[a-z_0-9]+: |split|combine"
 else
   timeout 200 python scripts/graph_timeline.py $OUT/graph_timeline.json 2>&1 | tail -5
   timeout 250 python scripts/sampled_profile.py $OUT/sampled_profile.json 2>&1 | grep -E "^plain|^spec"

@@ -1,9 +1,12 @@
 """Device: the kernel timeline inside CUDA graph replays (Qwen3-4B shape, ctx 1k): decode (1 row), verify (8 rows) and
 the propose. Per kernel name: count, time inside the graph; and the gaps between consecutive kernels (idle device
-time: launch, drain and ramp at the boundaries). usage: python scripts/graph_timeline.py OUT.json"""
+time: launch, drain and ramp at the boundaries). usage: python scripts/graph_timeline.py OUT.json
+TIMELINE_CTX=8192 sets the context; TIMELINE_VARIANTS=base,rope3_gluon_last_s2 times each of scripts/ab_decode.py's
+variants in turn (the results under their names; default: base only, at the top level as before)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import defaultdict
 
@@ -66,13 +69,13 @@ def sequence(kernels: list[tuple[str, float, float]], first: int, count: int) ->
             for i, (name, start, dur) in enumerate(kernels) if first <= i < first + count]
 
 
-def main(out_path: str) -> None:
-    models = random_models("qwen3-4b")
-    eng = make_engine(models, 1024, spec=True)
-    seq = prefill(eng, 1024, 64)
+def timeline(models, ctx: int) -> dict:
+    """The decode, 8-row verify and propose graphs' kernel timelines of a fresh engine at context ctx."""
+    eng = make_engine(models, ctx, spec=True)
+    seq = prefill(eng, ctx, 64)
     s = seq.anchor_position
     g = eng.runner.graphs
-    res = {"device": torch.cuda.get_device_name(), "shape": "qwen3-4b", "ctx": 1024}
+    res = {"device": torch.cuda.get_device_name(), "shape": "qwen3-4b", "ctx": ctx, "window": eng.max_model_len}
     for name, rows in (("decode_1_row", 1), ("verify_8_rows", 8)):
         pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
         tier = g.tier_for(rows, 1)
@@ -94,6 +97,24 @@ def main(out_path: str) -> None:
         for row in r["layer_sequence"]:
             print(f"      {row['name']:<40} start {row['start_us']:8.2f} dur {row['dur_us']:6.2f} "
                   f"excl {row['exclusive_us']:6.2f}")
+    del eng, seq
+    torch.cuda.empty_cache()
+    return res
+
+
+def main(out_path: str) -> None:
+    models = random_models("qwen3-4b")
+    ctx = int(os.environ.get("TIMELINE_CTX", "1024"))
+    names = os.environ.get("TIMELINE_VARIANTS")
+    if not names:
+        res = timeline(models, ctx)
+    else:
+        from ab_decode import VARIANTS, patched  # scripts/ on the path
+        res = {}
+        for name in names.split(","):
+            with patched(VARIANTS[name]):
+                print(f"== {name}", flush=True)
+                res[name] = timeline(models, ctx)
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
 
