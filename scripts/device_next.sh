@@ -8,7 +8,8 @@
 # 3. the Gluon attention split (ops/gluon_split.py, off): its GPU tests, then the 4B A/B at 1k and 8k
 # 4. the Gluon split with the q/k norm + RoPE kernel at PDL mode 3 (session 16's A/B)
 # 5. the combine's unrolled chunks with a 40k window (session 16's A/B)
-# 6. the combine's while loop: the attention and parity tests with it on, then the A/B (40k window)
+# 6. the combine's while loop and the split's hoisted loads (COMBINE_WHILE, SPLIT_HOIST; off, written after the
+#    device time was spent): the attention and parity tests with both on, then the A/B (40k window)
 # 7. where the Gluon split loses at 8k and at 8 rows: the kernel timelines of the Triton and Gluon splits at ctx 8k
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
@@ -34,11 +35,12 @@ elif [ "$1" = 5 ]; then  # session 16: the combine's chunks past the unrolled on
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_static_ab.json \
     qwen3-4b static64 static8 mml40k_static64 mml40k_static8 mml40k_static4 2>&1 | grep "ctx "
 elif [ "$1" = 6 ]; then
-  timeout 200 python -c "import sys, pytest; import sparkdec.ops.triton_attention as ta; ta.COMBINE_WHILE = True
+  timeout 200 python -c "import sys, pytest; import sparkdec.ops.triton_attention as ta
+ta.COMBINE_WHILE = ta.SPLIT_HOIST = True
 sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
  'bit_identical or replay_equals_eager or rows_in_blocks or row_ranges']))" 2>&1 | tail -2
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_while_ab.json \
-    qwen3-4b base combine_while window_ctx base#2 combine_while#2 2>&1 | grep "ctx "
+    qwen3-4b base combine_while split_hoist window_ctx base#2 combine_while#2 split_hoist#2 2>&1 | grep "ctx "
 elif [ "$1" = 7 ]; then
   TIMELINE_CTX=8192 TIMELINE_VARIANTS=base,rope3_gluon_last_s2 timeout 300 python scripts/graph_timeline.py \
     $OUT/graph_timeline_gluon_8k.json 2>&1 | grep -E "^==|^[a-z_0-9]+: |split|combine"
