@@ -111,8 +111,8 @@ if AVAILABLE:
         lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
         max_len = gl.max(lens, 0)
         start0 = _split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
-        # a program whose first split holds no key (so no later one does) exits at once: it reads nothing the previous kernel writes (program
-        # (0, 0, 0) always waits, so that this grid never ends before the previous one)
+        # a program whose first split holds no key (so no later one does) exits at once: it reads nothing the
+        # previous kernel writes (program (0, 0, 0) always waits, so that this grid never ends before the previous one)
         if (start0 < max_len) | ((blk == 0) & (kvh == 0) & (split == 0)):
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,

@@ -48,10 +48,11 @@ GLUON_PROGRAMS = 64  # the Gluon split's programs per (row block, kv head), each
 GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused row blocks launch after the live ones
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
-# ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits. Unrolling
-# every chunk of a grid sized for Qwen3's own 40k window (the engine's default) made 4B decode 4.06 ms/token at 1k
-# and 4.58 at 8k, verify(8) 5.3 / 6.0 ms (2.76 / 3.43 with a window of ctx + 1024); 2 chunks: 2.85 / 3.44, 2.90 /
-# 3.67 (0, 1, 4, 8: slower), and unchanged with the small window (combine_static_ab_h200_2026-11-30_session16.json)
+# ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
+# Unrolling every chunk of a grid sized for Qwen3's own 40k window (the engine's default) made 4B decode 4.06
+# ms/token at 1k and 4.58 at 8k, verify(8) 5.3 / 6.0 ms (2.76 / 3.43 with a window of ctx + 1024); 2 chunks: 2.85 /
+# 3.44, 2.90 / 3.67 (0, 1, 4, 8: slower), and unchanged with the small window
+# (combine_static_ab_h200_2026-11-30_session16.json)
 COMBINE_STATIC_CHUNKS = 2
 # the rest as a while loop ending at the row's own chunks rather than a loop over every chunk of the grid testing each
 # (same operations: same bits). Written in session 16 after the device time was spent: NOT yet measured, off
@@ -377,7 +378,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
-            ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST, num_warps=4, **pdl_args("split"))
+            ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST, num_warps=4,
+            **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
