@@ -63,7 +63,7 @@ class SamplingParams:
 STREAM_TARGET, STREAM_DRAFT, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2, 3
 # opt-in, CUDA only: the target's sampled tokens from one fused kernel (ops/triton_sample.py: the same race in log
 # space, all verify rows of a sequence at once). Plain and speculative decoding both take it when it is on, so
-# seeded outputs stay equal. Checked in Triton's interpreter and compiled for sm_90; NOT yet run on a GPU.
+# seeded outputs stay equal (H200: exact, not faster; docs/architecture.md, Known gaps).
 FUSED_SAMPLER: bool | None = None  # None: SPARKDEC_FUSED_SAMPLER decides, read on first use (Engine() reads it)
 
 
