@@ -55,8 +55,9 @@ COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its load
 # (combine_static_ab_h200_2026-11-30_session16.json)
 COMBINE_STATIC_CHUNKS = 2
 # the rest as a while loop ending at the row's own chunks rather than a loop over every chunk of the grid testing each
-# (same operations: same bits). Written in session 16 after the device time was spent: NOT yet measured, off
-COMBINE_WHILE = False
+# (same operations: same bits). 4B decode with the 40k window, replay at 1k 2.78 -> 2.71-2.72 ms (2.70 with a window
+# of ctx + 1024), at 8k 3.36 -> 3.34 (combine_while_ab_h200_2026-11-30_session17.json)
+COMBINE_WHILE = True
 
 
 @triton.jit
