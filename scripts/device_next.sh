@@ -12,6 +12,8 @@
 #    device time was spent): the attention and parity tests with both on, then the A/B (40k window)
 # 7. where the Gluon split loses at 8k and at 8 rows: the kernel timelines of the Triton and Gluon splits at ctx 8k
 # 8. the Qwen3-8B kernel bench at 1k and 8k with the model's own window (session 15's 89% / 85% used ctx + 1024)
+# 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
+#    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
 if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (step 3), then the bench
@@ -42,6 +44,13 @@ sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cachepro
  'bit_identical or replay_equals_eager or rows_in_blocks or row_ranges']))" 2>&1 | tail -2
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_while_ab.json \
     qwen3-4b base combine_while split_hoist window_ctx base#2 combine_while#2 split_hoist#2 2>&1 | grep "ctx "
+elif [ "$1" = 9 ]; then
+  timeout 240 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
+    "kernel_sampler or sampled or sample_rows or top_p or lookahead or propose_queued or coupled" 2>&1 | tail -3
+  for run in 0a 1a 0b 1b; do
+    SPARKDEC_KERNEL_SAMPLER=${run:0:1} timeout 100 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 \
+      --no-peer --no-sim --out $OUT/kernels_sampler$run.json 2>&1 | grep "^qwen3" | sed "s/^/sampler=$run /"
+  done
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

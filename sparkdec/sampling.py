@@ -65,6 +65,10 @@ STREAM_TARGET, STREAM_DRAFT, STREAM_ACCEPT, STREAM_RESIDUAL = 0, 1, 2, 3
 # space, all verify rows of a sequence at once). Plain and speculative decoding both take it when it is on, so
 # seeded outputs stay equal (H200: exact, not faster; docs/architecture.md, Known gaps).
 FUSED_SAMPLER: bool | None = None  # None: SPARKDEC_FUSED_SAMPLER decides, read on first use (Engine() reads it)
+# CUDA: sampled rows drawn by ops/triton_nucleus.py (softmax, top-p's cut without a sort, the race in log space; about
+# 10 launches) rather than by torch (sort, scan, about 35 launches). Plain and speculative decoding both draw through
+# _race_rows, so seeded outputs stay equal either way. SPARKDEC_KERNEL_SAMPLER=0: the torch ops.
+KERNEL_SAMPLER: bool | None = None
 
 
 def _mix(seed: int, position: int, stream: int) -> int:
@@ -182,10 +186,31 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
 
 
 def _race_rows(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -> torch.Tensor:
-    """sample_rows with row r's noise keyed on keys[r]."""
+    """sample_rows with row r's noise keyed on keys[r]. On CUDA (KERNEL_SAMPLER): ops/triton_nucleus.py, the same
+    rule with no sort, in log space (argmax x_i / T - log E_i), in about 10 short launches."""
+    if logits.is_cuda and kernel_sampler_on():
+        return kernel_race(logits, params, keys)
     probs = _filtered_probs(logits, params)  # [R, V]
     e = -torch.log(keyed_uniforms(keys, probs.shape[1], probs.device))
     return torch.argmax(probs.double() / e, dim=-1)
+
+
+def kernel_race(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -> torch.Tensor:
+    """_race_rows by ops/triton_nucleus.py (any device Triton runs on: CUDA, or the CPU interpreter in tests)."""
+    from sparkdec.ops.triton_nucleus import race
+
+    kth = None
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1).values[:, -1].contiguous()
+    return race(logits, params.temperature, to_device(keys, logits.device), params.top_p, kth)
+
+
+def kernel_sampler_on() -> bool:
+    """SPARKDEC_KERNEL_SAMPLER, read once (an invalid value is an error that names it)."""
+    global KERNEL_SAMPLER
+    if KERNEL_SAMPLER is None:
+        KERNEL_SAMPLER = flag("SPARKDEC_KERNEL_SAMPLER", True)
+    return KERNEL_SAMPLER
 
 
 def fused(logits: torch.Tensor) -> bool:

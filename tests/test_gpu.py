@@ -536,6 +536,37 @@ def test_top_p_mask_equals_the_scan_and_scatter_reference_on_cuda(v):
         assert torch.equal(after_first_past(past, sorted_p, ids, probs), want), top_p
 
 
+@pytest.mark.parametrize("v", [3000, 151936])
+def test_kernel_sampler_cut_and_race_match_their_references_on_cuda(v):
+    """ops/triton_nucleus.py on the GPU: top-p's kept set (no sort) is a float64 scan's up to tokens within rounding of
+    the boundary, a row alone gets its batch bits, a cut inside a run of equal probabilities keeps the smallest ids,
+    and the race's tokens are the log-space race over the kept set with sampling's keyed noise."""
+    from sparkdec.ops.triton_nucleus import nucleus, race
+    from sparkdec.sampling import STREAM_TARGET, _mix, uniform_noise
+    from triton_checks import agrees_with_float64
+
+    torch.manual_seed(5)
+    x = torch.randn(16, v, device="cuda") * 3
+    ids = torch.arange(v, device="cuda")[None]
+    p, cut = nucleus(x, 0.8, 0.95)
+    val = cut[:, :1].view(torch.float32)
+    kept = (p > val) | ((p == val) & (ids < cut[:, 1:2]))
+    assert agrees_with_float64(~kept, torch.softmax(x.double() / 0.8, -1), 0.95, 1e-5)
+    for i in (0, 5, 15):
+        p1, cut1 = nucleus(x[i:i + 1], 0.8, 0.95)
+        assert torch.equal(p1[0], p[i]) and torch.equal(cut1[0], cut[i])
+    keys = torch.tensor([_mix(7, 50 + i, STREAM_TARGET) for i in range(16)], device="cuda")
+    got = race(x, 0.8, keys, 0.95).tolist()
+    want = [int(torch.argmax(torch.where(kept[i], (x[i] / 0.8).double() - torch.log(-torch.log(
+        uniform_noise(7, 50 + i, STREAM_TARGET, v, "cuda"))), float("-inf")))) for i in range(16)]
+    assert got == want
+    flat = torch.zeros(2, v, device="cuda")
+    p, cut = nucleus(flat, 1.0, 0.5)
+    val = cut[:, :1].view(torch.float32)
+    kept = (p > val) | ((p == val) & (ids < cut[:, 1:2]))
+    assert torch.equal(kept, ids.expand(2, v) < cut[:, 1:2]) and abs(int(cut[0, 1]) - v // 2) <= 1
+
+
 def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     """sampling._top_p_drop over [R, V] gives each row the mask it gets alone (torch.cumsum on CUDA scans one row and
     several rows with different bits: 2 of 200 rows kept a different set at top-p 0.95), and the kept set of a

@@ -304,6 +304,51 @@ def check_top_p_drop():
         assert torch.equal(kept, kept.cummin(-1).values)  # a prefix: no kept entry after a dropped one
     assert flickers  # the case the closure is there for did occur (19 rows of 64 when written)
 
+
+def check_nucleus():
+    """ops/triton_nucleus.py: top-p's kept set with no sort equals a float64 scan's (up to tokens within rounding of
+    the boundary) for vocabularies of one chunk and of several, with the cut inside a run of equal probabilities and
+    with nothing cut; a row alone gets the bits it gets in a batch; and the race's tokens are the reference race's
+    (x / T - log E_i over the kept tokens, sampling's keyed noise) with top-k and top-p."""
+    from sparkdec.ops.triton_nucleus import KEEP_ALL, nucleus, race
+    from sparkdec.sampling import STREAM_TARGET, _mix, uniform_noise
+
+    def kept(p, cut):
+        v = cut[:, 0].view(torch.float32)[:, None]
+        return (p > v) | ((p == v) & (torch.arange(p.shape[1])[None] < cut[:, 1:2]))
+
+    for v, top_p, t in ((700, 0.9, 1.0), (5000, 0.95, 0.8), (5000, 0.5, 1.3)):
+        x = torch.randn(4, v) * 3
+        p, cut = nucleus(x, t, top_p)
+        probs = torch.softmax(x.double() / t, -1)
+        assert agrees_with_float64(~kept(p, cut), probs, top_p, 1e-5), (v, top_p)
+        p2, cut2 = nucleus(x[2:3], t, top_p)
+        assert torch.equal(p2[0], p[2]) and torch.equal(cut2[0], cut[2])  # a row alone: the same bits
+    x = torch.zeros(2, 3000)
+    x[1, :10] = 5.0  # row 0: 3000 equal probabilities; row 1: 10 large ones, then 2990 equal ones
+    p, cut = nucleus(x, 1.0, 0.5)
+    assert kept(p, cut).sum(-1).tolist() == [1500, 763] and cut[:, 1].tolist() == [1500, 763]
+    p, cut = nucleus(x, 1.0, 1.5)  # top_p above the whole mass: nothing is cut
+    assert cut[:, 0].tolist() == [KEEP_ALL] * 2 and bool(kept(p, cut).all())
+    r, v, t = 4, 5000, 0.7
+    x = torch.randn(r, v) * 0.5  # flat: the race's winner over all tokens is mostly one the masks exclude
+    keys = [_mix(99, 10 + i, STREAM_TARGET) for i in range(r)]
+    xs = x / t
+    kth = torch.topk(xs, 50, dim=-1).values[:, -1].contiguous()
+    masked = 0
+    for top_p, k in ((1.0, None), (0.05, None), (0.8, kth)):
+        got = race(x, t, torch.tensor(keys), top_p, k).tolist()
+        want = []
+        for i in range(r):
+            xi = xs[i] if k is None else xs[i].masked_fill(xs[i] < k[i], float("-inf"))
+            keep = torch.ones(v, dtype=torch.bool) if top_p == 1.0 else ~top_p_reference(
+                torch.softmax(xi.double(), -1)[None], top_p)[0][0]
+            noise = -torch.log(-torch.log(uniform_noise(99, 10 + i, STREAM_TARGET, v, "cpu")))
+            want.append(int(torch.argmax(torch.where(keep, xi.double() + noise, float("-inf")))))
+            masked += want[-1] != int(torch.argmax(xs[i].double() + noise))
+        assert got == want, (top_p, got, want)
+    assert masked >= 4  # the masks decided some draws
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -315,4 +360,5 @@ if __name__ == "__main__":
     check_keyed_race()
     check_top_p_drop()
     check_norm_of_slices()
+    check_nucleus()
     print("ok")

@@ -14,7 +14,7 @@ from sparkdec.engine.runner import ModelRunner
 from sparkdec.engine.scheduler import Scheduler
 from sparkdec.engine.sequence import Sequence
 from sparkdec.errors import InvalidPromptError, PromptTooLongError, SparkdecError
-from sparkdec.sampling import SamplingParams, fused_sampler_on
+from sparkdec.sampling import SamplingParams, fused_sampler_on, kernel_sampler_on
 from sparkdec.spec.round import RoundRunner
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.step_costs import profile_verify_costs
@@ -78,6 +78,7 @@ class Engine:
         if cfg.verify_policy not in VERIFY_POLICIES:
             raise SparkdecError(f"verify policy {cfg.verify_policy!r} unknown; use one of {VERIFY_POLICIES}")
         fused_sampler_on()  # an invalid SPARKDEC_FUSED_SAMPLER fails here, at start, not at the first sampled token
+        kernel_sampler_on()  # (SPARKDEC_KERNEL_SAMPLER likewise)
         self.config = cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)

@@ -34,9 +34,17 @@ def keyed_log_exp(key_base, position, cols, golden, m1, m2):
     """-log E_i = -log(-log u_i) (float64) for vocabulary entries cols of the draw keyed on (key_base, position):
     key = sampling._mix(seed, position, stream), u_i = sampling.uniform_noise's element i. key_base and position
     broadcast against cols (scalars, or [R, 1] columns against [1, V] rows)."""
-    g, m1u, m2u = u64(golden), u64(m1), u64(m2)
+    m1u, m2u = u64(m1), u64(m2)
     key = splitmix(position.to(tl.uint64) * m1u + u64(key_base), m1u, m2u) & 0x7FFFFFFFFFFFFFFF
-    z = splitmix((cols + 1).to(tl.uint64) * g + key, m1u, m2u)
+    return log_exp_of_key(key, cols, golden, m1, m2)
+
+
+@triton.jit
+def log_exp_of_key(key, cols, golden, m1, m2):
+    """-log E_i (float64) for vocabulary entries cols of the draw with the mixed key sampling._mix(...) (uint64 or
+    a non-negative int64)."""
+    g, m1u, m2u = u64(golden), u64(m1), u64(m2)
+    z = splitmix((cols + 1).to(tl.uint64) * g + key.to(tl.uint64), m1u, m2u)
     u = ((z >> 12).to(tl.float64) + 0.5) * 2.220446049250313e-16  # 52 bits + 1/2, times 2^-52: in (0, 1)
     return -tl.log(-tl.log(u))
 

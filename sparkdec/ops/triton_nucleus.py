@@ -1,0 +1,273 @@
+"""Sampled tokens on CUDA without a sort: softmax, top-p's cut by a search over probability thresholds, the keyed race.
+
+For logits x [R, V] and one draw per row (its mixed key sampling._mix(seed, position, stream)), in 9 short launches
+and no host read:
+1. `_stats_kernel`: for each BLOCK-wide chunk of x / T (top-k's cut applied), its max and sum of exp(x / T - max);
+2. `_probs_kernel`: every program of a row folds the chunks' (max, sum) in chunk order (the same Z in each), writes
+   p = exp(x / T - M) / Z and runs the first pass of the search below;
+3. `_pass_kernel` (PASSES - 1 launches): top-p's cut. S(t), the mass of the entries with p > t, is always summed in
+   one order (SUB-row tiles within a chunk, then the chunks in order), so it can only fall as t rises. Each pass
+   evaluates S at NT thresholds spread over the current interval [lo, hi] of float32 bit patterns, with
+   S(lo) >= top_p > S(hi); the row's last program to finish (an arrival counter) sums the chunks and narrows the
+   interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest probability whose mass above stays below top_p.
+   Kept: p > v, and of the entries equal to v the ceil((top_p - S(v)) / v) (at least 1) with the smallest ids. That
+   is sampling's rule (the smallest set, probability descending and ties to the smaller id, whose mass reaches
+   top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped.
+4. `_race_kernel` and ops/triton_markov.py's in-order argmax: token = argmax over kept entries of x / T - log E_i, the
+   race of ops/triton_sample.py.
+A row's bits depend on that row alone: the row count is only a grid axis.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sparkdec.ops.triton_markov import _argmax_kernel
+from sparkdec.ops.triton_noise import log_exp_of_key, noise_args
+
+BLOCK = 2048  # vocabulary entries per program (fixes the order of Z's and S's sums)
+SUB = 128  # entries per step of a program's threshold sums (part of that order too)
+NT = 32  # thresholds per pass
+ONE_UP = 0x3F800001  # the bit pattern just above 1.0f: S there is 0
+KEEP_ALL = -0x40800000  # the bits of -1.0f: with lo = KEEP_ALL - 1 the search is over and p > -1 keeps every entry
+RACE_BLOCK = 1024  # vocabulary entries per race program
+_ONE_UP, _KEEP_ALL = tl.constexpr(ONE_UP), tl.constexpr(KEEP_ALL)  # (what kernels may read of module globals)
+
+
+def passes_needed(width: int = ONE_UP, nt: int = NT) -> int:
+    """Passes that narrow an interval of `width` bit patterns to 1 (each leaves at most ceil(width / nt))."""
+    n = 0
+    while width > 1:
+        width, n = -(-width // nt), n + 1
+    return n
+
+
+PASSES = passes_needed()
+
+
+@triton.jit
+def _scaled(x_ptr, stride_x, kth_ptr, r, cols, V, temperature, HAS_KTH: tl.constexpr):
+    """x / T for cols of row r (top-k's cut and cols >= V: -inf)."""
+    x = tl.math.div_rn(tl.load(x_ptr + r * stride_x + cols, mask=cols < V, other=0.0).to(tl.float32), temperature)
+    keep = cols < V
+    if HAS_KTH:
+        keep = keep & (x >= tl.load(kth_ptr + r))
+    return tl.where(keep, x, float("-inf"))
+
+
+@triton.jit
+def _stats_kernel(x_ptr, stride_x, kth_ptr, ms_ptr, V, C, temperature, HAS_KTH: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    c = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    x = _scaled(x_ptr, stride_x, kth_ptr, r, c * BLOCK + tl.arange(0, BLOCK), V, temperature, HAS_KTH)
+    m = tl.max(x, 0)
+    s = tl.sum(tl.exp(x - tl.where(m == float("-inf"), 0.0, m)), 0)
+    tl.store(ms_ptr + (r * C + c) * 2, m)
+    tl.store(ms_ptr + (r * C + c) * 2 + 1, s)
+
+
+@triton.jit
+def _thresholds(lo, hi, NT: tl.constexpr):
+    """NT bit patterns lo + floor((hi - lo) * k / NT), k = 0 .. NT - 1 (int32 [NT])."""
+    k = tl.arange(0, NT).to(tl.int64)
+    return (lo.to(tl.int64) + (hi.to(tl.int64) - lo.to(tl.int64)) * k // NT).to(tl.int32)
+
+
+@triton.jit
+def _tile_masses(p, u, acc, cnt):
+    """acc[k] += the sum of p [SUB] over p > float(u[k]); cnt[k] += their count (every k summed the same way)."""
+    above = p[:, None] > u.to(tl.float32, bitcast=True)[None, :]  # [SUB, NT]
+    acc += tl.sum(tl.where(above, p[:, None], 0.0), 0)
+    cnt += tl.sum(above.to(tl.int32), 0)
+    return acc, cnt
+
+
+@triton.jit
+def _pick(k, at, values, fallback):
+    """values[at] (a [NT] vector), or fallback where at is past its end."""
+    picked = tl.sum(tl.where(k == at, values, 0), 0)
+    return tl.where(at < k.shape[0], picked, fallback)
+
+
+@triton.jit
+def _decide(st_ptr, sf_ptr, part_ptr, cnt_ptr, r, C, u, lo, hi, top_p, NT: tl.constexpr, CP2: tl.constexpr):
+    """The row's last program: the chunks' sums in chunk order, then the narrowed interval (state: lo, hi, the counts
+    of p > lo and p > hi; S(hi))."""
+    cc = tl.arange(0, CP2)
+    k = tl.arange(0, NT)
+    at = (r * C + cc)[:, None] * NT + k[None, :]
+    live = (cc < C)[:, None]
+    s = tl.sum(tl.load(part_ptr + at, mask=live, other=0.0, cache_modifier=".cg"), 0)  # [NT]
+    n = tl.sum(tl.load(cnt_ptr + at, mask=live, other=0, cache_modifier=".cg"), 0)
+    a = tl.sum((s >= top_p).to(tl.int32), 0) - 1  # the last threshold still at top_p (they come first)
+    if a < 0:  # only in the first pass (S(lo) >= top_p after it): even S(0) < top_p, nothing is dropped
+        tl.store(st_ptr + r * 4, _KEEP_ALL - 1)
+        tl.store(st_ptr + r * 4 + 1, _KEEP_ALL)
+    else:
+        tl.store(st_ptr + r * 4, _pick(k, a, u, lo))
+        tl.store(st_ptr + r * 4 + 2, _pick(k, a, n, 0))
+        hi_new = _pick(k, a + 1, u, hi)
+        tl.store(st_ptr + r * 4 + 1, hi_new)
+        tl.store(st_ptr + r * 4 + 3, _pick(k, a + 1, n, tl.load(st_ptr + r * 4 + 3)))
+        tl.store(sf_ptr + r, _pick(k, a + 1, s, tl.load(sf_ptr + r)))
+
+
+@triton.jit
+def _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, cnt, top_p, NT: tl.constexpr,
+            CP2: tl.constexpr):
+    """Store this chunk's sums; the row's last program to arrive decides (and resets the counter)."""
+    k = tl.arange(0, NT)
+    tl.store(ws_ptr + (r * C + c) * NT + k, acc)
+    tl.store(wn_ptr + (r * C + c) * NT + k, cnt)
+    tl.debug_barrier()  # every thread's stores before the release
+    if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel") == C - 1:
+        _decide(st_ptr, sf_ptr, ws_ptr, wn_ptr, r, C, u, lo, hi, top_p, NT, CP2)
+        tl.atomic_xchg(arrivals_ptr + r, 0)
+
+
+@triton.jit
+def _probs_kernel(x_ptr, stride_x, kth_ptr, ms_ptr, p_ptr, ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, V, C,
+                  temperature, top_p, HAS_KTH: tl.constexpr, BLOCK: tl.constexpr,
+                  SUB: tl.constexpr, NT: tl.constexpr, CP2: tl.constexpr):
+    c = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    cc = tl.arange(0, CP2)
+    m = tl.load(ms_ptr + (r * C + cc) * 2, mask=cc < C, other=float("-inf"))
+    big = tl.max(m, 0)
+    z = tl.sum(tl.load(ms_ptr + (r * C + cc) * 2 + 1, mask=cc < C, other=0.0) * tl.exp(m - big), 0)
+    lo = tl.full([], 0, tl.int32)
+    hi = tl.full([], _ONE_UP, tl.int32)
+    u = _thresholds(lo, hi, NT)
+    acc = tl.zeros([NT], tl.float32)
+    cnt = tl.zeros([NT], tl.int32)
+    for j in tl.static_range(BLOCK // SUB):
+        cols = c * BLOCK + j * SUB + tl.arange(0, SUB)
+        x = _scaled(x_ptr, stride_x, kth_ptr, r, cols, V, temperature, HAS_KTH)
+        p = tl.math.div_rn(tl.exp(x - big), z)
+        tl.store(p_ptr + r * V + cols, p, mask=cols < V)
+        acc, cnt = _tile_masses(p, u, acc, cnt)
+    if c == 0:  # the first pass's state before any program decides: S(hi) = 0, nothing above hi
+        tl.store(st_ptr + r * 4 + 3, 0)
+        tl.store(sf_ptr + r, 0.0)
+    _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, cnt, top_p, NT, CP2)
+
+
+@triton.jit
+def _pass_kernel(p_ptr, ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, cut_ptr, V, C, top_p, LAST: tl.constexpr,
+                 BLOCK: tl.constexpr, SUB: tl.constexpr, NT: tl.constexpr, CP2: tl.constexpr):
+    c = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    lo = tl.load(st_ptr + r * 4)
+    hi = tl.load(st_ptr + r * 4 + 1)
+    if hi - lo > 1:
+        u = _thresholds(lo, hi, NT)
+        acc = tl.zeros([NT], tl.float32)
+        cnt = tl.zeros([NT], tl.int32)
+        for j in tl.static_range(BLOCK // SUB):
+            cols = c * BLOCK + j * SUB + tl.arange(0, SUB)
+            acc, cnt = _tile_masses(tl.load(p_ptr + r * V + cols, mask=cols < V, other=0.0), u, acc, cnt)
+        _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, cnt, top_p, NT, CP2)
+    if LAST:
+        tl.debug_barrier()
+        if c == 0:
+            _tie_cut(p_ptr, st_ptr, sf_ptr, cut_ptr, r, V, C, top_p, BLOCK)
+
+
+@triton.jit
+def _tie_cut(p_ptr, st_ptr, sf_ptr, cut_ptr, r, V, C, top_p, BLOCK: tl.constexpr):
+    """After the last pass (the interval is 1 wide): v = float(hi) and the id below which entries equal to v are kept
+    (V: all of them). Run by one program, after every program's decision is visible (the kernel boundary before)."""
+    hi = tl.load(st_ptr + r * 4 + 1)
+    v = hi.to(tl.float32, bitcast=True)
+    tied = tl.load(st_ptr + r * 4 + 2) - tl.load(st_ptr + r * 4 + 3)  # entries > float(lo) but not > v: == v
+    need = tl.maximum(tl.math.ceil(tl.math.div_rn(top_p - tl.load(sf_ptr + r), v)), 1.0)  # tied entries kept
+    cut = V
+    if (hi != _KEEP_ALL) & (need < tied.to(tl.float32)):  # the cut falls inside a run of equal probabilities
+        keep = need.to(tl.int32)
+        seen = 0
+        cc = 0
+        while cc < C:  # (a while loop: the CPU interpreter cannot run a range over a run-time bound)
+            cols = cc * BLOCK + tl.arange(0, BLOCK)
+            eq = (tl.load(p_ptr + r * V + cols, mask=cols < V, other=-1.0) == v).to(tl.int32)
+            rank = tl.cumsum(eq, 0) + seen  # 1-based rank of each tied entry, in id order
+            cut = tl.minimum(cut, tl.min(tl.where((eq == 1) & (rank == keep + 1), cols, V), 0))
+            seen += tl.sum(eq, 0)
+            cc += 1
+    tl.store(cut_ptr + r * 2, hi)
+    tl.store(cut_ptr + r * 2 + 1, cut)
+
+
+@triton.jit
+def _race_kernel(x_ptr, stride_x, kth_ptr, p_ptr, cut_ptr, key_ptr, pmax_ptr, pidx_ptr, V, n_tiles, temperature,
+                 golden, m1, m2, HAS_KTH: tl.constexpr, HAS_CUT: tl.constexpr, BLOCK: tl.constexpr):
+    t = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    cols = t * BLOCK + tl.arange(0, BLOCK)
+    x = _scaled(x_ptr, stride_x, kth_ptr, r, cols, V, temperature, HAS_KTH)
+    keep = x > float("-inf")
+    if HAS_CUT:
+        v = tl.load(cut_ptr + r * 2).to(tl.float32, bitcast=True)
+        p = tl.load(p_ptr + r * V + cols, mask=cols < V, other=0.0)
+        keep = keep & ((p > v) | ((p == v) & (cols < tl.load(cut_ptr + r * 2 + 1))))
+    score = tl.where(keep, x.to(tl.float64) + log_exp_of_key(tl.load(key_ptr + r), cols, golden, m1, m2),
+                     float("-inf"))
+    best, where = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(pmax_ptr + r * n_tiles + t, best)
+    tl.store(pidx_ptr + r * n_tiles + t, t * BLOCK + where)
+
+
+_ARRIVALS: dict[torch.device, torch.Tensor] = {}
+
+
+def _arrivals(device: torch.device, rows: int) -> torch.Tensor:
+    """Per-row arrival counters (each search pass leaves them at 0)."""
+    if device not in _ARRIVALS or _ARRIVALS[device].numel() < rows:
+        _ARRIVALS[device] = torch.zeros(max(rows, 64), dtype=torch.int32, device=device)
+    return _ARRIVALS[device]
+
+
+def nucleus(x: torch.Tensor, temperature: float, top_p: float, kth: torch.Tensor | None = None):
+    """x [R, V] logits -> (p [R, V] float32, cut [R, 2] int32: the bits of v and the tie id; see the module
+    docstring). kth [R] float32: keep x / T >= kth (top-k)."""
+    r, v = x.shape
+    c = triton.cdiv(v, BLOCK)
+    cp2 = triton.next_power_of_2(c)
+    dev = x.device
+    ms = torch.empty(r, c, 2, dtype=torch.float32, device=dev)
+    p = torch.empty(r, v, dtype=torch.float32, device=dev)
+    ws = torch.empty(r, c, NT, dtype=torch.float32, device=dev)
+    wn = torch.empty(r, c, NT, dtype=torch.int32, device=dev)
+    st = torch.empty(r, 4, dtype=torch.int32, device=dev)
+    sf = torch.empty(r, dtype=torch.float32, device=dev)
+    cut = torch.empty(r, 2, dtype=torch.int32, device=dev)
+    arrivals = _arrivals(dev, r)
+    k = kth if kth is not None else ms
+    t, tp = float(temperature), float(top_p)
+    _stats_kernel[(c, r)](x, x.stride(0), k, ms, v, c, t, HAS_KTH=kth is not None, BLOCK=BLOCK)
+    _probs_kernel[(c, r)](x, x.stride(0), k, ms, p, ws, wn, arrivals, st, sf, v, c, t, tp, HAS_KTH=kth is not None,
+                          BLOCK=BLOCK, SUB=SUB, NT=NT, CP2=cp2)
+    for i in range(1, PASSES + 1):  # the last launch only writes the cut when the passes are done
+        _pass_kernel[(c, r)](p, ws, wn, arrivals, st, sf, cut, v, c, tp, LAST=i == PASSES, BLOCK=BLOCK, SUB=SUB,
+                             NT=NT, CP2=cp2)
+    return p, cut
+
+
+def race(x: torch.Tensor, temperature: float, keys: torch.Tensor, top_p: float = 1.0,
+         kth: torch.Tensor | None = None) -> torch.Tensor:
+    """x [R, V] logits, keys [R] int64 (each row's mixed key), top_p, kth [R] (top-k) -> tokens [R] int64."""
+    r, v = x.shape
+    p = cut = None
+    if top_p < 1.0:
+        p, cut = nucleus(x, temperature, top_p, kth)
+    n_tiles = triton.cdiv(v, RACE_BLOCK)
+    pmax = torch.empty(r, n_tiles, dtype=torch.float64, device=x.device)
+    pidx = torch.empty(r, n_tiles, dtype=torch.int32, device=x.device)
+    out = torch.empty(r, dtype=torch.int64, device=x.device)
+    _race_kernel[(n_tiles, r)](x, x.stride(0), kth if kth is not None else x, p if p is not None else x,
+                               cut if cut is not None else out, keys, pmax, pidx, v, n_tiles, float(temperature),
+                               *noise_args(), HAS_KTH=kth is not None, HAS_CUT=p is not None, BLOCK=RACE_BLOCK)
+    chunk = 1024
+    _argmax_kernel[(r,)](pmax, pidx, out, out, 1, n_tiles, CHUNK=chunk, CHUNKS=triton.cdiv(n_tiles, chunk), PDL=0)
+    return out
