@@ -1,18 +1,19 @@
 """Sampled tokens on CUDA without a sort: softmax, top-p's cut by a search over probability thresholds, the keyed race.
 
-For logits x [R, V] and one draw per row (its mixed key sampling._mix(seed, position, stream)), in 9 short launches
+For logits x [R, V] and one draw per row (its mixed key sampling._mix(seed, position, stream)), in 10 short launches
 and no host read:
 1. `_stats_kernel`: for each BLOCK-wide chunk of x / T (top-k's cut applied), its max and sum of exp(x / T - max);
 2. `_probs_kernel`: every program of a row folds the chunks' (max, sum) in chunk order (the same Z in each), writes
    p = exp(x / T - M) / Z and runs the first pass of the search below;
-3. `_pass_kernel` (PASSES - 1 launches): top-p's cut. S(t), the mass of the entries with p > t, is always summed in
-   one order (SUB-row tiles within a chunk, then the chunks in order), so it can only fall as t rises. Each pass
-   evaluates S at NT thresholds spread over the current interval [lo, hi] of float32 bit patterns, with
-   S(lo) >= top_p > S(hi); the row's last program to finish (an arrival counter) sums the chunks and narrows the
-   interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest probability whose mass above stays below top_p.
-   Kept: p > v, and of the entries equal to v the ceil((top_p - S(v)) / v) (at least 1) with the smallest ids. That
-   is sampling's rule (the smallest set, probability descending and ties to the smaller id, whose mass reaches
-   top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped.
+3. `_pass_kernel` (PASSES launches): top-p's cut. S(t), the mass of the entries with p > t, is always summed in one
+   order (per thread along a chunk, then across the chunk's SUB lanes, then the chunks in order), so it can only fall
+   as t rises. Each pass evaluates S at NT thresholds spread over the current interval [lo, hi] of float32 bit
+   patterns, with S(lo) >= top_p > S(hi); the row's last program to finish (an arrival counter) sums the chunks and
+   narrows the interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest probability whose mass above stays
+   below top_p. Kept: p > v, and of the entries equal to v the ceil((top_p - S(v)) / v) (at least 1) with the
+   smallest ids. That is sampling's rule (the smallest set, probability descending and ties to the smaller id, whose
+   mass reaches top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped. The last
+   launch finds the id cut inside a run of equal probabilities (one program per row scans it, only when needed).
 4. `_race_kernel` and ops/triton_markov.py's in-order argmax: token = argmax over kept entries of x / T - log E_i, the
    race of ops/triton_sample.py.
 A row's bits depend on that row alone: the row count is only a grid axis.
@@ -26,7 +27,7 @@ import triton.language as tl
 from sparkdec.ops.triton_markov import _argmax_kernel
 from sparkdec.ops.triton_noise import log_exp_of_key, noise_args
 
-BLOCK = 2048  # vocabulary entries per program (fixes the order of Z's and S's sums)
+BLOCK = 1024  # vocabulary entries per program (fixes the order of Z's and S's sums)
 SUB = 128  # entries per step of a program's threshold sums (part of that order too)
 NT = 32  # thresholds per pass
 ONE_UP = 0x3F800001  # the bit pattern just above 1.0f: S there is 0
@@ -77,11 +78,10 @@ def _thresholds(lo, hi, NT: tl.constexpr):
 
 @triton.jit
 def _tile_masses(p, u, acc, cnt):
-    """acc[k] += the sum of p [SUB] over p > float(u[k]); cnt[k] += their count (every k summed the same way)."""
+    """acc [SUB, NT] += p [SUB] where p > float(u[k]) (else 0), cnt likewise += 1: running sums per thread, reduced
+    over SUB once per program (`_arrive`); every threshold k is summed the same way."""
     above = p[:, None] > u.to(tl.float32, bitcast=True)[None, :]  # [SUB, NT]
-    acc += tl.sum(tl.where(above, p[:, None], 0.0), 0)
-    cnt += tl.sum(above.to(tl.int32), 0)
-    return acc, cnt
+    return acc + tl.where(above, p[:, None], 0.0), cnt + above.to(tl.int32)
 
 
 @triton.jit
@@ -119,8 +119,8 @@ def _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, ac
             CP2: tl.constexpr):
     """Store this chunk's sums; the row's last program to arrive decides (and resets the counter)."""
     k = tl.arange(0, NT)
-    tl.store(ws_ptr + (r * C + c) * NT + k, acc)
-    tl.store(wn_ptr + (r * C + c) * NT + k, cnt)
+    tl.store(ws_ptr + (r * C + c) * NT + k, tl.sum(acc, 0))
+    tl.store(wn_ptr + (r * C + c) * NT + k, tl.sum(cnt, 0))
     tl.debug_barrier()  # every thread's stores before the release
     if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel") == C - 1:
         _decide(st_ptr, sf_ptr, ws_ptr, wn_ptr, r, C, u, lo, hi, top_p, NT, CP2)
@@ -140,8 +140,8 @@ def _probs_kernel(x_ptr, stride_x, kth_ptr, ms_ptr, p_ptr, ws_ptr, wn_ptr, arriv
     lo = tl.full([], 0, tl.int32)
     hi = tl.full([], _ONE_UP, tl.int32)
     u = _thresholds(lo, hi, NT)
-    acc = tl.zeros([NT], tl.float32)
-    cnt = tl.zeros([NT], tl.int32)
+    acc = tl.zeros([SUB, NT], tl.float32)
+    cnt = tl.zeros([SUB, NT], tl.int32)
     for j in tl.static_range(BLOCK // SUB):
         cols = c * BLOCK + j * SUB + tl.arange(0, SUB)
         x = _scaled(x_ptr, stride_x, kth_ptr, r, cols, V, temperature, HAS_KTH)
@@ -163,8 +163,8 @@ def _pass_kernel(p_ptr, ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, cut_ptr, V
     hi = tl.load(st_ptr + r * 4 + 1)
     if hi - lo > 1:
         u = _thresholds(lo, hi, NT)
-        acc = tl.zeros([NT], tl.float32)
-        cnt = tl.zeros([NT], tl.int32)
+        acc = tl.zeros([SUB, NT], tl.float32)
+        cnt = tl.zeros([SUB, NT], tl.int32)
         for j in tl.static_range(BLOCK // SUB):
             cols = c * BLOCK + j * SUB + tl.arange(0, SUB)
             acc, cnt = _tile_masses(tl.load(p_ptr + r * V + cols, mask=cols < V, other=0.0), u, acc, cnt)
