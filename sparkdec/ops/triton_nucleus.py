@@ -30,6 +30,7 @@ from sparkdec.ops.triton_noise import log_exp_of_key, noise_args
 BLOCK = 1024  # vocabulary entries per program (fixes the order of Z's and S's sums)
 SUB = 128  # entries per step of a program's threshold sums (part of that order too)
 NT = 32  # thresholds per pass
+NUM_WARPS = 4  # warps of the softmax and search programs
 ONE_UP = 0x3F800001  # the bit pattern just above 1.0f: S there is 0
 KEEP_ALL = -0x40800000  # the bits of -1.0f: with lo = KEEP_ALL - 1 the search is over and p > -1 keeps every entry
 RACE_BLOCK = 1024  # vocabulary entries per race program
@@ -245,12 +246,13 @@ def nucleus(x: torch.Tensor, temperature: float, top_p: float, kth: torch.Tensor
     arrivals = _arrivals(dev, r)
     k = kth if kth is not None else ms
     t, tp = float(temperature), float(top_p)
-    _stats_kernel[(c, r)](x, x.stride(0), k, ms, v, c, t, HAS_KTH=kth is not None, BLOCK=BLOCK)
+    _stats_kernel[(c, r)](x, x.stride(0), k, ms, v, c, t, HAS_KTH=kth is not None, BLOCK=BLOCK,
+                          num_warps=NUM_WARPS)
     _probs_kernel[(c, r)](x, x.stride(0), k, ms, p, ws, wn, arrivals, st, sf, v, c, t, tp, HAS_KTH=kth is not None,
-                          BLOCK=BLOCK, SUB=SUB, NT=NT, CP2=cp2)
+                          BLOCK=BLOCK, SUB=SUB, NT=NT, CP2=cp2, num_warps=NUM_WARPS)
     for i in range(1, PASSES + 1):  # the last launch only writes the cut when the passes are done
         _pass_kernel[(c, r)](p, ws, wn, arrivals, st, sf, cut, v, c, tp, LAST=i == PASSES, BLOCK=BLOCK, SUB=SUB,
-                             NT=NT, CP2=cp2)
+                             NT=NT, CP2=cp2, num_warps=NUM_WARPS)
     return p, cut
 
 
