@@ -37,15 +37,15 @@ def main(out: str) -> None:
         params = SamplingParams(temperature=0.8, top_p=0.95)
         sampling.KERNEL_SAMPLER = False
         res["runs"][f"torch_r{rows}"] = device_us(lambda: sampling._race_rows(x, params, keys.tolist()))
-        for block, sub, nt, warps in ((1024, 128, 32, 4), (2048, 128, 32, 4), (1024, 64, 32, 4), (1024, 128, 16, 4),
-                                      (1024, 128, 32, 8), (4096, 128, 32, 8)):
+        for block, sub, nt, warps in ((1024, 128, 16, 4), (1024, 128, 32, 4), (1024, 128, 8, 4), (512, 128, 16, 4),
+                                      (2048, 256, 16, 8)):
             tn.BLOCK, tn.SUB, tn.NT = block, sub, nt
             tn.PASSES = tn.passes_needed(tn.ONE_UP, nt)
             tn.NUM_WARPS = warps
             name = f"b{block}_s{sub}_t{nt}_w{warps}_r{rows}"
             res["runs"][name] = device_us(lambda: tn.race(x, 0.8, keys, 0.95))
             print(name, res["runs"][name], flush=True)
-        tn.BLOCK, tn.SUB, tn.NT, tn.NUM_WARPS = 1024, 128, 32, 4
+        tn.BLOCK, tn.SUB, tn.NT, tn.NUM_WARPS = 1024, 128, 16, 4
         tn.PASSES = tn.passes_needed()
         print(f"torch_r{rows}", res["runs"][f"torch_r{rows}"]["total_us"], flush=True)
     json.dump(res, open(out, "w"), indent=1)

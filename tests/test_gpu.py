@@ -560,6 +560,11 @@ def test_kernel_sampler_cut_and_race_match_their_references_on_cuda(v):
     want = [int(torch.argmax(torch.where(kept[i], (x[i] / 0.8).double() - torch.log(-torch.log(
         uniform_noise(7, 50 + i, STREAM_TARGET, v, "cuda"))), float("-inf")))) for i in range(16)]
     assert got == want
+    xb = (torch.randn(8, v, device="cuda") * 3).bfloat16()  # bf16 logits: runs of equal probabilities at the cut
+    p, cut = nucleus(xb, 0.8, 0.95)
+    val = cut[:, :1].view(torch.float32)
+    kept = (p > val) | ((p == val) & (ids < cut[:, 1:2]))
+    assert agrees_with_float64(~kept, torch.softmax(xb.double() / 0.8, -1), 0.95, 1e-5)
     flat = torch.zeros(2, v, device="cuda")
     p, cut = nucleus(flat, 1.0, 0.5)
     val = cut[:, :1].view(torch.float32)

@@ -1,19 +1,20 @@
 """Sampled tokens on CUDA without a sort: softmax, top-p's cut by a search over probability thresholds, the keyed race.
 
-For logits x [R, V] and one draw per row (its mixed key sampling._mix(seed, position, stream)), in 10 short launches
-and no host read:
+For logits x [R, V] and one draw per row (its mixed key sampling._mix(seed, position, stream)), in about a dozen short
+launches and no host read:
 1. `_stats_kernel`: for each BLOCK-wide chunk of x / T (top-k's cut applied), its max and sum of exp(x / T - max);
 2. `_probs_kernel`: every program of a row folds the chunks' (max, sum) in chunk order (the same Z in each), writes
    p = exp(x / T - M) / Z and runs the first pass of the search below;
-3. `_pass_kernel` (PASSES launches): top-p's cut. S(t), the mass of the entries with p > t, is always summed in one
-   order (per thread along a chunk, then across the chunk's SUB lanes, then the chunks in order), so it can only fall
-   as t rises. Each pass evaluates S at NT thresholds spread over the current interval [lo, hi] of float32 bit
+3. `_pass_kernel` (PASSES - 1 launches after the first pass): top-p's cut. S(t), the mass of the entries with p > t,
+   is always summed in one order (per thread along a chunk, then across the chunk's SUB lanes, then the chunks in
+   order), so it can only fall as t rises. Each pass evaluates S at NT thresholds spread over the current interval [lo, hi] of float32 bit
    patterns, with S(lo) >= top_p > S(hi); the row's last program to finish (an arrival counter) sums the chunks and
    narrows the interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest probability whose mass above stays
    below top_p. Kept: p > v, and of the entries equal to v the ceil((top_p - S(v)) / v) (at least 1) with the
    smallest ids. That is sampling's rule (the smallest set, probability descending and ties to the smaller id, whose
-   mass reaches top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped. The last
-   launch finds the id cut inside a run of equal probabilities (one program per row scans it, only when needed).
+   mass reaches top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped.
+   `_cut_kernel` counts the entries equal to v and, when the cut falls inside that run (bf16 logits make runs of
+   equal probabilities common), finds the id of the first one dropped.
 4. `_race_kernel` and ops/triton_markov.py's in-order argmax: token = argmax over kept entries of x / T - log E_i, the
    race of ops/triton_sample.py.
 A row's bits depend on that row alone: the row count is only a grid axis.
@@ -29,7 +30,7 @@ from sparkdec.ops.triton_noise import log_exp_of_key, noise_args
 
 BLOCK = 1024  # vocabulary entries per program (fixes the order of Z's and S's sums)
 SUB = 128  # entries per step of a program's threshold sums (part of that order too)
-NT = 32  # thresholds per pass
+NT = 16  # thresholds per pass (H200, 8 rows: 16 took 124 us a draw, 32 178; scripts/nucleus_probe.py)
 NUM_WARPS = 4  # warps of the softmax and search programs
 ONE_UP = 0x3F800001  # the bit pattern just above 1.0f: S there is 0
 KEEP_ALL = -0x40800000  # the bits of -1.0f: with lo = KEEP_ALL - 1 the search is over and p > -1 keeps every entry
@@ -78,11 +79,10 @@ def _thresholds(lo, hi, NT: tl.constexpr):
 
 
 @triton.jit
-def _tile_masses(p, u, acc, cnt):
-    """acc [SUB, NT] += p [SUB] where p > float(u[k]) (else 0), cnt likewise += 1: running sums per thread, reduced
-    over SUB once per program (`_arrive`); every threshold k is summed the same way."""
-    above = p[:, None] > u.to(tl.float32, bitcast=True)[None, :]  # [SUB, NT]
-    return acc + tl.where(above, p[:, None], 0.0), cnt + above.to(tl.int32)
+def _tile_masses(p, u, acc):
+    """acc [SUB, NT] += p [SUB] where p > float(u[k]) (else 0): running sums per thread, reduced over SUB once per
+    program (`_arrive`); every threshold k is summed the same way."""
+    return acc + tl.where(p[:, None] > u.to(tl.float32, bitcast=True)[None, :], p[:, None], 0.0)
 
 
 @triton.jit
@@ -93,45 +93,37 @@ def _pick(k, at, values, fallback):
 
 
 @triton.jit
-def _decide(st_ptr, sf_ptr, part_ptr, cnt_ptr, r, C, u, lo, hi, top_p, NT: tl.constexpr, CP2: tl.constexpr):
-    """The row's last program: the chunks' sums in chunk order, then the narrowed interval (state: lo, hi, the counts
-    of p > lo and p > hi; S(hi))."""
+def _decide(st_ptr, sf_ptr, part_ptr, r, C, u, lo, hi, top_p, NT: tl.constexpr, CP2: tl.constexpr):
+    """The row's last program: the chunks' sums in chunk order, then the narrowed interval (state: lo, hi; S(hi))."""
     cc = tl.arange(0, CP2)
     k = tl.arange(0, NT)
     at = (r * C + cc)[:, None] * NT + k[None, :]
-    live = (cc < C)[:, None]
-    s = tl.sum(tl.load(part_ptr + at, mask=live, other=0.0, cache_modifier=".cg"), 0)  # [NT]
-    n = tl.sum(tl.load(cnt_ptr + at, mask=live, other=0, cache_modifier=".cg"), 0)
+    s = tl.sum(tl.load(part_ptr + at, mask=(cc < C)[:, None], other=0.0, cache_modifier=".cg"), 0)  # [NT]
     a = tl.sum((s >= top_p).to(tl.int32), 0) - 1  # the last threshold still at top_p (they come first)
     if a < 0:  # only in the first pass (S(lo) >= top_p after it): even S(0) < top_p, nothing is dropped
-        tl.store(st_ptr + r * 4, _KEEP_ALL - 1)
-        tl.store(st_ptr + r * 4 + 1, _KEEP_ALL)
+        tl.store(st_ptr + r * 2, _KEEP_ALL - 1)
+        tl.store(st_ptr + r * 2 + 1, _KEEP_ALL)
     else:
-        tl.store(st_ptr + r * 4, _pick(k, a, u, lo))
-        tl.store(st_ptr + r * 4 + 2, _pick(k, a, n, 0))
-        hi_new = _pick(k, a + 1, u, hi)
-        tl.store(st_ptr + r * 4 + 1, hi_new)
-        tl.store(st_ptr + r * 4 + 3, _pick(k, a + 1, n, tl.load(st_ptr + r * 4 + 3)))
+        tl.store(st_ptr + r * 2, _pick(k, a, u, lo))
+        tl.store(st_ptr + r * 2 + 1, _pick(k, a + 1, u, hi))
         tl.store(sf_ptr + r, _pick(k, a + 1, s, tl.load(sf_ptr + r)))
 
 
 @triton.jit
-def _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, cnt, top_p, NT: tl.constexpr,
+def _arrive(ws_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, top_p, NT: tl.constexpr,
             CP2: tl.constexpr):
     """Store this chunk's sums; the row's last program to arrive decides (and resets the counter)."""
-    k = tl.arange(0, NT)
-    tl.store(ws_ptr + (r * C + c) * NT + k, tl.sum(acc, 0))
-    tl.store(wn_ptr + (r * C + c) * NT + k, tl.sum(cnt, 0))
+    tl.store(ws_ptr + (r * C + c) * NT + tl.arange(0, NT), tl.sum(acc, 0))
     tl.debug_barrier()  # every thread's stores before the release
     if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel") == C - 1:
-        _decide(st_ptr, sf_ptr, ws_ptr, wn_ptr, r, C, u, lo, hi, top_p, NT, CP2)
+        _decide(st_ptr, sf_ptr, ws_ptr, r, C, u, lo, hi, top_p, NT, CP2)
         tl.atomic_xchg(arrivals_ptr + r, 0)
 
 
 @triton.jit
-def _probs_kernel(x_ptr, stride_x, kth_ptr, ms_ptr, p_ptr, ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, V, C,
-                  temperature, top_p, HAS_KTH: tl.constexpr, BLOCK: tl.constexpr,
-                  SUB: tl.constexpr, NT: tl.constexpr, CP2: tl.constexpr):
+def _probs_kernel(x_ptr, stride_x, kth_ptr, ms_ptr, p_ptr, ws_ptr, arrivals_ptr, st_ptr, sf_ptr, V, C, temperature,
+                  top_p, HAS_KTH: tl.constexpr, BLOCK: tl.constexpr, SUB: tl.constexpr, NT: tl.constexpr,
+                  CP2: tl.constexpr):
     c = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     cc = tl.arange(0, CP2)
@@ -142,62 +134,64 @@ def _probs_kernel(x_ptr, stride_x, kth_ptr, ms_ptr, p_ptr, ws_ptr, wn_ptr, arriv
     hi = tl.full([], _ONE_UP, tl.int32)
     u = _thresholds(lo, hi, NT)
     acc = tl.zeros([SUB, NT], tl.float32)
-    cnt = tl.zeros([SUB, NT], tl.int32)
     for j in tl.static_range(BLOCK // SUB):
         cols = c * BLOCK + j * SUB + tl.arange(0, SUB)
         x = _scaled(x_ptr, stride_x, kth_ptr, r, cols, V, temperature, HAS_KTH)
         p = tl.math.div_rn(tl.exp(x - big), z)
         tl.store(p_ptr + r * V + cols, p, mask=cols < V)
-        acc, cnt = _tile_masses(p, u, acc, cnt)
-    if c == 0:  # the first pass's state before any program decides: S(hi) = 0, nothing above hi
-        tl.store(st_ptr + r * 4 + 3, 0)
+        acc = _tile_masses(p, u, acc)
+    if c == 0:  # the first pass's S(hi) before any program decides: nothing is above 1
         tl.store(sf_ptr + r, 0.0)
-    _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, cnt, top_p, NT, CP2)
+    _arrive(ws_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, top_p, NT, CP2)
 
 
 @triton.jit
-def _pass_kernel(p_ptr, ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, cut_ptr, V, C, top_p, LAST: tl.constexpr,
-                 BLOCK: tl.constexpr, SUB: tl.constexpr, NT: tl.constexpr, CP2: tl.constexpr):
+def _pass_kernel(p_ptr, ws_ptr, arrivals_ptr, st_ptr, sf_ptr, V, C, top_p, BLOCK: tl.constexpr, SUB: tl.constexpr,
+                 NT: tl.constexpr, CP2: tl.constexpr):
     c = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
-    lo = tl.load(st_ptr + r * 4)
-    hi = tl.load(st_ptr + r * 4 + 1)
+    lo = tl.load(st_ptr + r * 2)
+    hi = tl.load(st_ptr + r * 2 + 1)
     if hi - lo > 1:
         u = _thresholds(lo, hi, NT)
         acc = tl.zeros([SUB, NT], tl.float32)
-        cnt = tl.zeros([SUB, NT], tl.int32)
         for j in tl.static_range(BLOCK // SUB):
             cols = c * BLOCK + j * SUB + tl.arange(0, SUB)
-            acc, cnt = _tile_masses(tl.load(p_ptr + r * V + cols, mask=cols < V, other=0.0), u, acc, cnt)
-        _arrive(ws_ptr, wn_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, cnt, top_p, NT, CP2)
-    if LAST:
-        tl.debug_barrier()
-        if c == 0:
-            _tie_cut(p_ptr, st_ptr, sf_ptr, cut_ptr, r, V, C, top_p, BLOCK)
+            acc = _tile_masses(tl.load(p_ptr + r * V + cols, mask=cols < V, other=0.0), u, acc)
+        _arrive(ws_ptr, arrivals_ptr, st_ptr, sf_ptr, r, c, C, u, lo, hi, acc, top_p, NT, CP2)
 
 
 @triton.jit
-def _tie_cut(p_ptr, st_ptr, sf_ptr, cut_ptr, r, V, C, top_p, BLOCK: tl.constexpr):
-    """After the last pass (the interval is 1 wide): v = float(hi) and the id below which entries equal to v are kept
-    (V: all of them). Run by one program, after every program's decision is visible (the kernel boundary before)."""
-    hi = tl.load(st_ptr + r * 4 + 1)
+def _cut_kernel(p_ptr, st_ptr, sf_ptr, cut_ptr, wn_ptr, arrivals_ptr, V, C, top_p, BLOCK: tl.constexpr,
+                CP2: tl.constexpr):
+    """After the search (hi = lo + 1): v = float(hi), and the id below which the entries equal to v are kept (V: all
+    of them). Each program counts its chunk's entries equal to v; the row's last one adds them up and, if the cut
+    falls inside that run, finds the chunk holding it and ranks that chunk's tied entries in id order."""
+    c = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    hi = tl.load(st_ptr + r * 2 + 1)
     v = hi.to(tl.float32, bitcast=True)
-    tied = tl.load(st_ptr + r * 4 + 2) - tl.load(st_ptr + r * 4 + 3)  # entries > float(lo) but not > v: == v
-    need = tl.maximum(tl.math.ceil(tl.math.div_rn(top_p - tl.load(sf_ptr + r), v)), 1.0)  # tied entries kept
-    cut = V
-    if (hi != _KEEP_ALL) & (need < tied.to(tl.float32)):  # the cut falls inside a run of equal probabilities
-        keep = need.to(tl.int32)
-        seen = 0
-        cc = 0
-        while cc < C:  # (a while loop: the CPU interpreter cannot run a range over a run-time bound)
-            cols = cc * BLOCK + tl.arange(0, BLOCK)
-            eq = (tl.load(p_ptr + r * V + cols, mask=cols < V, other=-1.0) == v).to(tl.int32)
-            rank = tl.cumsum(eq, 0) + seen  # 1-based rank of each tied entry, in id order
-            cut = tl.minimum(cut, tl.min(tl.where((eq == 1) & (rank == keep + 1), cols, V), 0))
-            seen += tl.sum(eq, 0)
-            cc += 1
-    tl.store(cut_ptr + r * 2, hi)
-    tl.store(cut_ptr + r * 2 + 1, cut)
+    cols = c * BLOCK + tl.arange(0, BLOCK)
+    eq = (tl.load(p_ptr + r * V + cols, mask=cols < V, other=-1.0) == v).to(tl.int32)
+    tl.store(wn_ptr + r * C + c, tl.sum(eq, 0))
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel") == C - 1:
+        cc = tl.arange(0, CP2)
+        counts = tl.load(wn_ptr + r * C + cc, mask=cc < C, other=0, cache_modifier=".cg")
+        need = tl.maximum(tl.math.ceil(tl.math.div_rn(top_p - tl.load(sf_ptr + r), v)), 1.0)  # tied entries kept
+        cut = V
+        if (hi != _KEEP_ALL) & (need < tl.sum(counts, 0).to(tl.float32)):  # the cut is inside the run
+            rank = need.to(tl.int32) + 1  # the first dropped tied entry, 1-based in id order
+            upto = tl.cumsum(counts, 0)
+            home = tl.sum((upto < rank).to(tl.int32), 0)  # the chunk holding it
+            before = tl.sum(tl.where(cc < home, counts, 0), 0)
+            hcols = home * BLOCK + tl.arange(0, BLOCK)
+            heq = (tl.load(p_ptr + r * V + hcols, mask=hcols < V, other=-1.0) == v).to(tl.int32)
+            at = (heq == 1) & (tl.cumsum(heq, 0) + before == rank)
+            cut = tl.min(tl.where(at, hcols, V), 0)
+        tl.store(cut_ptr + r * 2, hi)
+        tl.store(cut_ptr + r * 2 + 1, cut)
+        tl.atomic_xchg(arrivals_ptr + r, 0)
 
 
 @triton.jit
@@ -239,8 +233,8 @@ def nucleus(x: torch.Tensor, temperature: float, top_p: float, kth: torch.Tensor
     ms = torch.empty(r, c, 2, dtype=torch.float32, device=dev)
     p = torch.empty(r, v, dtype=torch.float32, device=dev)
     ws = torch.empty(r, c, NT, dtype=torch.float32, device=dev)
-    wn = torch.empty(r, c, NT, dtype=torch.int32, device=dev)
-    st = torch.empty(r, 4, dtype=torch.int32, device=dev)
+    wn = torch.empty(r, c, dtype=torch.int32, device=dev)
+    st = torch.empty(r, 2, dtype=torch.int32, device=dev)
     sf = torch.empty(r, dtype=torch.float32, device=dev)
     cut = torch.empty(r, 2, dtype=torch.int32, device=dev)
     arrivals = _arrivals(dev, r)
@@ -248,11 +242,12 @@ def nucleus(x: torch.Tensor, temperature: float, top_p: float, kth: torch.Tensor
     t, tp = float(temperature), float(top_p)
     _stats_kernel[(c, r)](x, x.stride(0), k, ms, v, c, t, HAS_KTH=kth is not None, BLOCK=BLOCK,
                           num_warps=NUM_WARPS)
-    _probs_kernel[(c, r)](x, x.stride(0), k, ms, p, ws, wn, arrivals, st, sf, v, c, t, tp, HAS_KTH=kth is not None,
+    _probs_kernel[(c, r)](x, x.stride(0), k, ms, p, ws, arrivals, st, sf, v, c, t, tp, HAS_KTH=kth is not None,
                           BLOCK=BLOCK, SUB=SUB, NT=NT, CP2=cp2, num_warps=NUM_WARPS)
-    for i in range(1, PASSES + 1):  # the last launch only writes the cut when the passes are done
-        _pass_kernel[(c, r)](p, ws, wn, arrivals, st, sf, cut, v, c, tp, LAST=i == PASSES, BLOCK=BLOCK, SUB=SUB,
-                             NT=NT, CP2=cp2, num_warps=NUM_WARPS)
+    for _ in range(PASSES - 1):
+        _pass_kernel[(c, r)](p, ws, arrivals, st, sf, v, c, tp, BLOCK=BLOCK, SUB=SUB, NT=NT, CP2=cp2,
+                             num_warps=NUM_WARPS)
+    _cut_kernel[(c, r)](p, st, sf, cut, wn, arrivals, v, c, tp, BLOCK=BLOCK, CP2=cp2, num_warps=NUM_WARPS)
     return p, cut
 
 
