@@ -179,10 +179,9 @@ VARIANTS["window_ctx"] = {(bench_kernels, "MAX_MODEL_LEN"): 0}  # the window bef
 for _c in (0, 1, 2, 4, 8, 64):
     VARIANTS[f"static{_c}"] = {(triton_attention, "COMBINE_STATIC_CHUNKS"): _c}
     VARIANTS[f"mml40k_static{_c}"] = {**_MML, (triton_attention, "COMBINE_STATIC_CHUNKS"): _c}
-VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # (not yet run) the rest in a while loop
-# (not yet run) a split's two steps of keys and values loaded before its first products: one round trip per split,
-# 80 KB of shared memory per program instead of 48 (two programs per SM, not four)
-VARIANTS["split_hoist"] = {(triton_attention, "SPLIT_HOIST"): True}
+VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # the rest in a while loop (shipped since)
+VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
+# (session 17: the split's hoisted loads, "split_hoist", were slower and are removed)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 

@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# Device runs for the next session (each < 600 s). Session 16 spent its device time; what it did not run on a GPU:
-# the whole suite with the combine's 2 unrolled chunks (the 4 attention / spec == plain / replay == eager tests passed
-# with it), and the combine's while loop (COMBINE_WHILE, off, step 6).
+# Device runs for the next session (each < 600 s). Session 17 ran steps 1, 6 (now removed: the combine's while loop
+# is shipped, the hoisted split loads removed), 8 and 9 on the H200. Not yet run on a GPU: the whole suite after the
+# split kernel lost its HOIST argument (step 1; the attention interpreter check passes).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
 # 3. the Gluon attention split (ops/gluon_split.py, off): its GPU tests, then the 4B A/B at 1k and 8k
 # 4. the Gluon split with the q/k norm + RoPE kernel at PDL mode 3 (session 16's A/B)
 # 5. the combine's unrolled chunks with a 40k window (session 16's A/B)
-# 6. the combine's while loop and the split's hoisted loads (COMBINE_WHILE, SPLIT_HOIST; off, written after the
-#    device time was spent): the attention and parity tests with both on, then the A/B (40k window)
 # 7. where the Gluon split loses at 8k and at 8 rows: the kernel timelines of the Triton and Gluon splits at ctx 8k
 # 8. the Qwen3-8B kernel bench at 1k and 8k with the model's own window (session 15's 89% / 85% used ctx + 1024)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
@@ -37,13 +35,6 @@ elif [ "$1" = 5 ]; then  # session 16: the combine's chunks past the unrolled on
     "bit_identical or replay_equals_eager or rows_in_blocks or row_ranges" 2>&1 | tail -2
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_static_ab.json \
     qwen3-4b static64 static8 mml40k_static64 mml40k_static8 mml40k_static4 2>&1 | grep "ctx "
-elif [ "$1" = 6 ]; then
-  timeout 200 python -c "import sys, pytest; import sparkdec.ops.triton_attention as ta
-ta.COMBINE_WHILE = ta.SPLIT_HOIST = True
-sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
- 'bit_identical or replay_equals_eager or rows_in_blocks or row_ranges']))" 2>&1 | tail -2
-  env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/combine_while_ab.json \
-    qwen3-4b base combine_while split_hoist window_ctx base#2 combine_while#2 split_hoist#2 2>&1 | grep "ctx "
 elif [ "$1" = 9 ]; then
   timeout 240 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "kernel_sampler or sampled or sample_rows or top_p or lookahead or propose_queued or coupled" 2>&1 | tail -3

@@ -81,9 +81,6 @@ for bound, loop in ((2200, False), (9000, False), (9000, True)):  # ... a grid s
     ta.COMBINE_WHILE = loop  # graph's), the rest in a while loop: the same bits
     assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, bound,
                                               d ** -0.5), coarse), bound
-ta.SPLIT_HOIST = True  # a split's two steps loaded before its first products: the same operations
-assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200,
-                                          d ** -0.5), coarse)
 print("ok")
 """
 

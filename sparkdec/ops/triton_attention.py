@@ -35,10 +35,9 @@ PROGRAMS_ONE_ROW = 64
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
-# a split's two steps of keys and values loaded before its first step's products (the same operations: same bits), so
-# a 128-key split costs one memory round trip, not two. Written in session 16 after the device time was spent
-# (compiles for sm_90 without spills): NOT yet measured, off
-SPLIT_HOIST = False
+# (session 16-17: a split's two steps of keys and values loaded before its first products, one memory round trip per
+# 128-key split, was slower on the H200: 4B decode replay 2.78 -> 2.81 ms at 1k, 3.36 -> 3.54 at 8k; removed,
+# combine_while_ab_h200_2026-11-30_session17.json, code in commit 8a05291)
 # a layer's split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
 # bits: H200 tests pass). Off: 4B decode replay at 1k 2.70 -> 2.66 ms (with the q/k norm + RoPE kernel at PDL mode
 # 3, so that the copies run during the qkv product), but 8-row verify 2.87 -> 2.92-2.96 and 8k 3.25 -> 3.43-3.60
@@ -66,8 +65,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, HOIST: tl.constexpr,
-                  PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
@@ -89,7 +87,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                     steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
                     _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                 stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK, HOIST)
+                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
     pdl_release(PDL)
 
 
@@ -155,30 +153,18 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 @triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
                 stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
-                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr,
-                HOIST: tl.constexpr):
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
     workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
     l_i = tl.zeros([QR], tl.float32)
     acc = tl.zeros([QR, D_PAD], tl.float32)
-    if HOIST:  # both steps' loads issued before the first step's products (MAX_STEPS == 2): one memory round trip
-        pos0 = start + tl.arange(0, BLOCK)
-        pos1 = pos0 + BLOCK
-        k0, v0 = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos0,
-                           pos0 < max_len, d, dm)
-        k1, v1 = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos1,
-                           (pos1 < max_len) & (steps > 1), d, dm)
-        m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k0, v0, pos0, scale)
-        if steps > 1:
-            m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k1, v1, pos1, scale)
-    else:
-        for i in range(0, MAX_STEPS):  # NOTE: a fine split stops early (a runtime bound: not in the interpreter)
-            if i < steps:
-                pos = start + i * BLOCK + tl.arange(0, BLOCK)
-                k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
-                                 pos < max_len, d, dm)
-                m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
+    for i in range(0, MAX_STEPS):  # NOTE: a fine split stops early (a runtime bound: not in the interpreter)
+        if i < steps:
+            pos = start + i * BLOCK + tl.arange(0, BLOCK)
+            k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
+                             pos < max_len, d, dm)
+            m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=live)
@@ -387,6 +373,6 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t,
             GROUP=group, GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=passes, D=d,
             D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-            ITERS=iters, HOIST=SPLIT_HOIST and SPLIT == 2 * SPLIT_BLOCK_N, num_warps=SPLIT_WARPS,
+            ITERS=iters, num_warps=SPLIT_WARPS,
             **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
     combine(acc, ml, row_kv_len, out, splits, fine)
