@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device runs for the next session (each < 600 s). Session 17 ran steps 1, 6 (now removed: the combine's while loop
-# is shipped, the hoisted split loads removed), 8 and 9 on the H200. Not yet run on a GPU: the whole suite after the
-# split kernel lost its HOIST argument (step 1; the attention interpreter check passes).
+# is shipped, the hoisted split loads removed), 8 and 9 on the H200, and the whole GPU suite at its last commit
+# (30 passed, the Gluon split's tests deselected).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
