@@ -201,10 +201,16 @@ def kernel_race(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -
     """_race_rows by ops/triton_nucleus.py (any device Triton runs on: CUDA, or the CPU interpreter in tests)."""
     from sparkdec.ops.triton_nucleus import race
 
-    kth = None
-    if params.top_k and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1).values[:, -1].contiguous()
+    kth = top_k_floor(logits.float() / params.temperature, params)
     return race(logits, params.temperature, to_device(keys, logits.device), params.top_p, kth)
+
+
+def top_k_floor(x: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
+    """x [R, V] (logits / T) -> [R] float32: each row's k-th largest value (top-k keeps x >= it), or None where
+    top-k keeps every token."""
+    if params.top_k and params.top_k < x.shape[-1]:
+        return torch.topk(x, params.top_k, dim=-1).values[:, -1].contiguous()
+    return None
 
 
 def kernel_sampler_on() -> bool:
@@ -234,9 +240,9 @@ def fused_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_po
     from sparkdec.ops.triton_sample import keyed_race
 
     x = logits.float() / params.temperature
-    kth = drop = None
-    if params.top_k and params.top_k < x.shape[-1]:
-        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1].contiguous()
+    drop = None
+    kth = top_k_floor(x, params)
+    if kth is not None:
         x = x.masked_fill(x < kth[:, None], float("-inf"))
     if params.top_p < 1.0:
         drop = _top_p_drop(torch.softmax(x, dim=-1), params.top_p)

@@ -71,6 +71,16 @@ def _argmax_kernel(pmax_ptr, pidx_ptr, prev_ptr, drafts_ptr, stride_d, n_tiles, 
     tl.store(drafts_ptr + row * stride_d, best_idx.to(tl.int64))
 
 
+def tiles_argmax(pmax: torch.Tensor, pidx: torch.Tensor, **pdl) -> torch.Tensor:
+    """Per-tile bests pmax [R, n_tiles] (scores) and pidx [R, n_tiles] (their ids) -> each row's first maximum
+    [R] int64, the tiles taken in order (a later tile must be strictly larger to win)."""
+    r, n_tiles = pmax.shape
+    out = torch.empty(r, dtype=torch.int64, device=pmax.device)
+    chunk = 1024
+    _argmax_kernel[(r,)](pmax, pidx, out, out, 1, n_tiles, CHUNK=chunk, CHUNKS=triton.cdiv(n_tiles, chunk), **pdl)
+    return out
+
+
 def markov_step(prev: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, u: torch.Tensor, z_out: torch.Tensor,
                 drafts_col: torch.Tensor) -> None:
     """prev [B] int64 (updated in place to the new drafts), W1 [V, R], W2 [V, R], u [B, V] float32 (row stride

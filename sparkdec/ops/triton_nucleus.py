@@ -7,9 +7,9 @@ launches and no host read:
    p = exp(x / T - M) / Z and runs the first pass of the search below;
 3. `_pass_kernel` (PASSES - 1 launches after the first pass): top-p's cut. S(t), the mass of the entries with p > t,
    is always summed in one order (per thread along a chunk, then across the chunk's SUB lanes, then the chunks in
-   order), so it can only fall as t rises. Each pass evaluates S at NT thresholds spread over the current interval [lo, hi] of float32 bit
-   patterns, with S(lo) >= top_p > S(hi); the row's last program to finish (an arrival counter) sums the chunks and
-   narrows the interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest probability whose mass above stays
+   order), so it can only fall as t rises. Each pass evaluates S at NT thresholds spread over the current interval
+   [lo, hi] of float32 bit patterns, with S(lo) >= top_p > S(hi); the row's last program to finish (an arrival
+   counter) sums the chunks and narrows the interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest probability whose mass above stays
    below top_p. Kept: p > v, and of the entries equal to v the ceil((top_p - S(v)) / v) (at least 1) with the
    smallest ids. That is sampling's rule (the smallest set, probability descending and ties to the smaller id, whose
    mass reaches top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped.
@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sparkdec.ops.triton_markov import _argmax_kernel
+from sparkdec.ops.triton_markov import tiles_argmax
 from sparkdec.ops.triton_noise import log_exp_of_key, noise_args
 
 BLOCK = 1024  # vocabulary entries per program (fixes the order of Z's and S's sums)
@@ -261,10 +261,7 @@ def race(x: torch.Tensor, temperature: float, keys: torch.Tensor, top_p: float =
     n_tiles = triton.cdiv(v, RACE_BLOCK)
     pmax = torch.empty(r, n_tiles, dtype=torch.float64, device=x.device)
     pidx = torch.empty(r, n_tiles, dtype=torch.int32, device=x.device)
-    out = torch.empty(r, dtype=torch.int64, device=x.device)
     _race_kernel[(n_tiles, r)](x, x.stride(0), kth if kth is not None else x, p if p is not None else x,
-                               cut if cut is not None else out, keys, pmax, pidx, v, n_tiles, float(temperature),
+                               cut if cut is not None else pidx, keys, pmax, pidx, v, n_tiles, float(temperature),
                                *noise_args(), HAS_KTH=kth is not None, HAS_CUT=p is not None, BLOCK=RACE_BLOCK)
-    chunk = 1024
-    _argmax_kernel[(r,)](pmax, pidx, out, out, 1, n_tiles, CHUNK=chunk, CHUNKS=triton.cdiv(n_tiles, chunk), PDL=0)
-    return out
+    return tiles_argmax(pmax, pidx, PDL=0)

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
-from sparkdec.ops.triton_markov import _argmax_kernel
+from sparkdec.ops.triton_markov import tiles_argmax
 from sparkdec.ops.triton_noise import keyed_log_exp, noise_args, signed
 
 BLOCK_V = 1024  # vocabulary entries per program
@@ -53,14 +53,10 @@ def keyed_race(x: torch.Tensor, temperature: float, key_base: int, first_positio
     n_tiles = triton.cdiv(v, BLOCK_V)
     pmax = torch.empty(r, n_tiles, dtype=torch.float64, device=x.device)
     pidx = torch.empty(r, n_tiles, dtype=torch.int32, device=x.device)
-    out = torch.empty(r, dtype=torch.int64, device=x.device)
-    drop_u8 = drop.to(torch.uint8) if drop is not None else out
+    drop_u8 = drop.to(torch.uint8) if drop is not None else pidx
     _race_kernel[(n_tiles, r)](x, x.stride(0), kth if kth is not None else x, drop_u8,
                                drop_u8.stride(0) if drop is not None else 0, pmax, pidx, v, n_tiles,
                                float(temperature), signed(key_base), first_position, *noise_args(),
                                HAS_KTH=kth is not None, HAS_DROP=drop is not None, BLOCK=BLOCK_V,
                                **pdl_args())
-    chunk = 1024
-    _argmax_kernel[(r,)](pmax, pidx, out, out, 1, n_tiles, CHUNK=chunk, CHUNKS=triton.cdiv(n_tiles, chunk),
-                         **pdl_args())
-    return out
+    return tiles_argmax(pmax, pidx, **pdl_args())
