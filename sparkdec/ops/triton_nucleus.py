@@ -10,9 +10,10 @@ launches and no host read:
    order), so it can only fall as t rises. Each pass evaluates S at NT thresholds spread over the current interval
    [lo, hi] of float32 bit patterns, with S(lo) >= top_p > S(hi); the row's last program to finish (an arrival
    counter) sums the chunks and narrows the interval NT-fold. When hi = lo + 1, v = float(hi) is the smallest
-   probability whose mass above stays below top_p. Kept: p > v, and of the entries equal to v the ceil((top_p - S(v)) / v) (at least 1) with the
-   smallest ids. That is sampling's rule (the smallest set, probability descending and ties to the smaller id, whose
-   mass reaches top_p) with the masses summed in another order; if even S(0) < top_p nothing is dropped.
+   probability whose mass above stays below top_p. Kept: p > v, and of the entries equal to v the
+   ceil((top_p - S(v)) / v) (at least 1) with the smallest ids. That is sampling's rule (the smallest set,
+   probability descending and ties to the smaller id, whose mass reaches top_p) with the masses summed in another
+   order; if even S(0) < top_p nothing is dropped.
    `_cut_kernel` counts the entries equal to v and, when the cut falls inside that run (bf16 logits make runs of
    equal probabilities common), finds the id of the first one dropped.
 4. `_race_kernel` and ops/triton_markov.py's in-order argmax: token = argmax over kept entries of x / T - log E_i, the
