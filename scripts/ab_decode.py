@@ -172,6 +172,13 @@ for _p in (16, 32, 64):  # the Gluon split's programs per (row block, kv head), 
 VARIANTS["rope3_gluon_last"] = {**VARIANTS["rope3_gluon_p64"], (triton_attention, "GLUON_BLOCK_LAST"): True}
 VARIANTS["rope3_gluon_last_s2"] = {**VARIANTS["rope3_gluon_last"],
                                    (triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "rope": 3, "split": 2}}
+# session 18: kernels letting the next one launch at their start (PDL mode 3), so that the o product's weight ring
+# fills during the attention split rather than during the combine (which its TMA traffic slowed 4 -> 7 us), and
+# gate_up's during the o product's tail
+for _name, _kinds in {"s3c3": {"split": 3, "combine": 3}, "c3": {"combine": 3}, "n3": {"norm": 3},
+                      "r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "g3n3": {"gluon": 3, "norm": 3},
+                      "s3c3n3": {"split": 3, "combine": 3, "norm": 3}}.items():
+    VARIANTS[f"early_{_name}"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **_kinds}}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
 _MML = {(bench_kernels, "MAX_MODEL_LEN"): 40960}  # (since session 16 also what every variant gets by default)

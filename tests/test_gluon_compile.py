@@ -54,6 +54,7 @@ def local_bytes(cubin: bytes) -> int:
     dict(bk=256, stages=3, xring=0),                   # the whole x slice loaded once
     dict(k=4096, split=8, residual=True, pre=1),       # one weight tile before the wait, the rest after it
     dict(k=9728, split=4, stages=6, residual=True, defer=True),  # slices left for the norm kernel to sum
+    dict(k=4096, split=8, residual=True, defer=True, pdl=3),     # the next kernel launched at the start (mode 3)
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)

@@ -95,6 +95,8 @@ if AVAILABLE:
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
+        if PDL == 3:  # the next kernel may launch at once (its own wait still waits for this whole grid)
+            gdc_launch_dependents()
         pid_n = gl.program_id(0)
         pid_s = gl.program_id(1)
         k_begin = pid_s * (K // SPLIT_K)

@@ -13,7 +13,7 @@ import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
 from sparkdec.ops import gluon_split
-from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
+from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 # positions below FINE_END are split in FINE_SPLIT keys (twice the programs for short contexts), the rest in SPLIT
@@ -66,6 +66,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
                   BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
+    pdl_launch_early(PDL)
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
@@ -193,6 +194,7 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
                     CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr,
                     WHILE: tl.constexpr, PDL: tl.constexpr):
+    pdl_launch_early(PDL)
     row = tl.program_id(0)
     h = tl.program_id(1)
     # staged before the forward: read before the wait

@@ -17,6 +17,7 @@ from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pd
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
                      HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_launch_early(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
@@ -55,6 +56,7 @@ def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stri
                             SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
                             PDL: tl.constexpr, RES_EARLY: tl.constexpr):
     # NOTE: the warps (4, Triton's default) are _rms_norm_kernel's: they set the sum of squares' reduction order
+    pdl_launch_early(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n

@@ -28,8 +28,8 @@ from sparkdec.ops.tile_tables import read_table
 BLOCK_M = 16
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # programmatic dependent launch: 0 off; 1: a kernel lets the next launch after its main work; 2: right after its
-# own wait (the next kernel's programs start and load their first weight tile while this one runs); 3 (the q/k norm +
-# RoPE kernel only, pdl_launch_early): at its start, before its wait.
+# own wait (the next kernel's programs start and load their first weight tile while this one runs); 3 (pdl_launch_early:
+# the RMSNorms, the q/k norm + RoPE kernel, the attention split and combine, the Gluon products): at its start.
 # SPARKDEC_PDL overrides; read at every launch, so an A/B run can switch it in one process.
 PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # up to 16 bf16 rows on an H200/H100 run the Gluon product (ops/gluon_gemv.py, same bits) for the shapes in its
