@@ -177,7 +177,8 @@ VARIANTS["rope3_gluon_last_s2"] = {**VARIANTS["rope3_gluon_last"],
 # gate_up's during the o product's tail
 for _name, _kinds in {"s3c3": {"split": 3, "combine": 3}, "c3": {"combine": 3}, "n3": {"norm": 3},
                       "r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "g3n3": {"gluon": 3, "norm": 3},
-                      "s3c3n3": {"split": 3, "combine": 3, "norm": 3}}.items():
+                      "s3c3n3": {"split": 3, "combine": 3, "norm": 3}, "r3s3": {"rope": 3, "split": 3},
+                      "r3c3": {"rope": 3, "combine": 3}, "r3s2c3": {"rope": 3, "split": 2, "combine": 3}}.items():
     VARIANTS[f"early_{_name}"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **_kinds}}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
