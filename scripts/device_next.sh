@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Device runs for the next session (each < 600 s). Session 17 ran steps 1, 6 (now removed: the combine's while loop
-# is shipped, the hoisted split loads removed), 8 and 9 on the H200, and the whole GPU suite at its last commit
-# (30 passed, the Gluon split's tests deselected).
+# Device runs for the next session (each < 600 s). Session 18 ran step 1 at 1570918 (30 passed; 4B 2.76 ms/token at
+# 1k, 70% of the floor) and its probes directly (scripts/flag_chain_probe.py, scripts/stream_chain_probe.py, the PDL
+# mode-3 A/B: `AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 python scripts/ab_decode.py OUT qwen3-4b base early_r3s3c3 ...`).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
