@@ -41,6 +41,8 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
+# Mode 3 (session 18): RoPE, split and combine at 3 gave one decode row at 1k -1.2%, but 8 rows +3% and 8k +4-14%;
+# the norms or products at 3 were slower (pdl_early_ab_h200_2026-11-30_session18.json). Not used.
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
