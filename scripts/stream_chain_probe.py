@@ -1,17 +1,18 @@
 """Device probe: can one persistent launch whose loader runs ahead of its dependencies stream a decode's product
 chain near the bandwidth floor? (The megakernel question of docs/research/megakernel-gluon.md, timing only.)
 
-The bytes of 36 Qwen3-4B layers' four products (qkv, o split 4, gate_up, down split 4) as one Gluon launch of one
-CTA per SM. Each CTA walks a host-built task list (op, weight rows, K steps, x slice, output tile): tasks of op i
-come before those of op i + 1 in every list. Two partitions per CTA:
+The bytes of 36 Qwen3-4B layers' four products (qkv, o, gate_up, down; each op's K steps cut stream-K into equal
+ranges per CTA) as one Gluon launch of one CTA per SM. Each CTA walks a host-built task list (build_tasks: op, weight
+rows, K steps, x slice, output tile, counters): tasks of op i come before those of op i + 1 in every list.
+Partitions per CTA:
 - a 1-warp loader streams the weight tiles of the whole list through a STAGES-deep TMA ring; it waits only for free
   ring slots, never for activations, so the next op's weights arrive while this op's dependencies resolve;
-- 4 consumer warps: before the first task of op i they poll (acquire) op i - 1's done counter until every task of
-  op i - 1 has finished (an all-to-all wait, as a norm between products needs), load the task's x slice, run the
-  wgmma chain (swap-AB, 8 token rows, 1 live) and store the tile, then bump op i's counter (release).
-Outputs are not the model's math (split-K slices overwrite each other); only the dependency chain and the bytes are
+- 4 consumer warps: they poll (acquire) the counters a task depends on (every task of the op before, or only the
+  tiles its x slice reads, or per K step with PIPE), load the task's x slice, run the wgmma chain (swap-AB, 8 token
+  rows, 1 live), store the tile and bump its counters (release).
+Outputs are not the model's math (partial tiles overwrite each other); only the dependency chain and the bytes are
 real. Against it, in the same run: the shipped separate Gluon products with PDL (scripts/product_chain_probe.py's
-chain4) and the floor. usage: python scripts/stream_chain_probe.py OUT.json [stages ...]
+chain4) and the floor. usage: python scripts/stream_chain_probe.py OUT.json [variant ...] (see main)
 """
 from __future__ import annotations
 
