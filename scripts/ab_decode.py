@@ -190,15 +190,6 @@ for _c in (0, 1, 2, 4, 8, 64):
 VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # the rest in a while loop (shipped since)
 VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # (session 17: the split's hoisted loads, "split_hoist", were slower and are removed)
-# session 19: L2 hand-off (gluon_gemv.L2_NEXT): a product's programs ask L2 for tiles of a later product, {later
-# product: (first tile, tiles, 1 after this product's PDL wait / 2 after its K loop)}: o for gate_up's (HBM is idle
-# while o, its weights prefetched during the attention, and the norm after it run), gate_up for down's, down for the
-# next layer's qkv, qkv for o's
-for _name, _want in {"og_w4": {GATE_UP: (4, 4, 1)}, "og_w8": {GATE_UP: (4, 8, 1)}, "og_w0_8": {GATE_UP: (0, 8, 1)},
-                     "og_l4": {GATE_UP: (4, 4, 2)}, "gd_l4": {DOWN: (6, 4, 2)}, "dq_l3": {QKV: (3, 3, 2)},
-                     "qo_l4": {O: (0, 4, 2)},
-                     "all": {GATE_UP: (4, 4, 1), DOWN: (6, 4, 2), QKV: (3, 3, 2)}}.items():
-    VARIANTS[f"l2_{_name}"] = {(gluon_gemv, "L2_NEXT"): _want}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 
