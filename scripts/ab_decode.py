@@ -190,6 +190,8 @@ for _c in (0, 1, 2, 4, 8, 64):
 VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # the rest in a while loop (shipped since)
 VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # (session 17: the split's hoisted loads, "split_hoist", were slower and are removed)
+# (session 19: products asking L2 for a later product's weight tiles, "l2_*", were slower and are removed; the code is
+# in commit 7af1146, l2_handoff_ab_h200_2026-11-30_session19.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 
