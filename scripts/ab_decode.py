@@ -180,6 +180,11 @@ for _name, _kinds in {"s3c3": {"split": 3, "combine": 3}, "c3": {"combine": 3}, 
                       "s3c3n3": {"split": 3, "combine": 3, "norm": 3}, "r3s3": {"rope": 3, "split": 3},
                       "r3c3": {"rope": 3, "combine": 3}, "r3s2c3": {"rope": 3, "split": 2, "combine": 3}}.items():
     VARIANTS[f"early_{_name}"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **_kinds}}
+# session 19: the Gluon split with RoPE (and the split, the combine) at mode 3, over contexts 1k-8k: where does a lone
+# decode row gain?
+for _name, _kinds in {"r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "r3c3": {"rope": 3, "combine": 3}}.items():
+    VARIANTS[f"gluon_{_name}"] = {**VARIANTS["gluon_split"],
+                                  (triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **_kinds}}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
 _MML = {(bench_kernels, "MAX_MODEL_LEN"): 40960}  # (since session 16 also what every variant gets by default)

@@ -132,7 +132,7 @@ def compile_split(pdl=1, iters=4, block_last=False):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
-@pytest.mark.parametrize("pdl,iters,block_last", [(1, 4, False), (2, 1, True)])
+@pytest.mark.parametrize("pdl,iters,block_last", [(1, 4, False), (2, 1, True), (3, 1, False)])
 def test_gluon_split_kernel_compiles_for_sm90(pdl, iters, block_last):
     """The Gluon attention split (ops/gluon_split.py): cp.async copies before the wait, two wgmma shapes, no spills,
     two programs per SM (227 KB); iters > 1: the loop over a program's later splits."""

@@ -94,6 +94,8 @@ if AVAILABLE:
                                                       instr_shape=[16, _BLOCK, 16])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _D, 16])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
+        if PDL == 3:  # the next kernel may launch at once (its own wait still waits for this whole grid)
+            gdc_launch_dependents()
         kvh = gl.program_id(1)
         if BLOCK_LAST:  # grid (programs, kv heads, row blocks): a graph's unused row blocks launch after the live ones
             blk = gl.program_id(2)
