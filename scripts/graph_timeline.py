@@ -80,7 +80,7 @@ def timeline(models, ctx: int) -> dict:
         pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
         tier = g.tier_for(rows, 1)
         g._fill(pieces, [seq.block_table], tier)
-        ks = kernels_of(g.graphs[tier][0].replay)
+        ks = kernels_of(g.graph_for(pieces, tier)[0].replay)
         res[name] = summarize(ks)
         res[name]["layer_sequence"] = sequence(ks, len(ks) // 2, 24)  # a stretch mid-forward: ~2.5 layers
     ks = kernels_of(lambda: eng.runner.propose([seq.block_table], [seq.anchor], [s], lambda z, k: z.argmax(-1),

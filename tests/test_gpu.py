@@ -24,6 +24,20 @@ def test_graph_replay_equals_eager(target):
     assert [o.token_ids for o in graphed] == [o.token_ids for o in eager]
 
 
+def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypatch):
+    """A lone row replays the short-context graph (engine/graphs.SHORT_PDL) up to SHORT_MAX_KV keys, then the
+    tier's own graph: the tokens are still the eager ones."""
+    from sparkdec.engine import graphs
+
+    monkeypatch.setattr(graphs, "SHORT_MAX_KV", 30)
+    llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
+    g = llm.engine.runner.graphs
+    assert g.short is not None and g.short[0] is not g.graphs[1][0]
+    graphed = [llm.generate([p], GREEDY)[0].token_ids for p in PROMPTS]  # prompts of 3-35 tokens: both sides
+    eager = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=False)
+    assert graphed == [eager.generate([p], GREEDY)[0].token_ids for p in PROMPTS]
+
+
 def test_bf16_speculative_greedy_is_bit_identical(target, tmp_path):
     plain = LLM(model=str(target), device="cuda", dtype="bfloat16")
     ref = [plain.generate([p], GREEDY)[0] for p in PROMPTS]
@@ -93,6 +107,16 @@ def _sampled_spec_equals_plain(target, tmp_path):
     outs = [spec.generate([p], q)[0] for p, q in zip(PROMPTS, params)]
     assert [o.token_ids for o in outs] == [r.token_ids for r in ref]
     assert sum(o.stats["mean_acceptance_length"] for o in outs) / len(outs) > 1.0  # some drafts were accepted
+
+
+def test_row_argmax_kernels_equal_torch_argmax_with_ties():
+    from sparkdec.ops.triton_argmax import argmax_rows
+
+    torch.manual_seed(0)
+    for rows in (1, 3, 8):
+        x = torch.randn(rows, 151936, device="cuda").to(torch.bfloat16).float()  # bf16-rounded logits: ties
+        x[0, 7] = x[0, 150000] = x[0].max() + 1  # a tie for the maximum across chunks: the lower index
+        assert torch.equal(argmax_rows(x), x.argmax(-1)), rows
 
 
 def test_fused_kernels_match_reference_ops_in_bf16():

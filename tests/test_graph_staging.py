@@ -74,3 +74,21 @@ def test_propose_staging_of_the_coupled_race():
     assert temp[:4].tolist() == [0.699999988079071, 0.0, 0.0, 0.0]
     g._stage_race(None, [30, 14], 4)
     assert temp.eq(0).all() and not g.race_live
+
+
+def test_a_lone_short_row_replays_the_short_context_graph():
+    """graph_for: the short graph (engine/graphs.SHORT_PDL) for one row with at most SHORT_MAX_KV keys, else the
+    tier's own (also when no short graph was captured)."""
+    from types import SimpleNamespace
+
+    from sparkdec.engine import graphs
+
+    g = SimpleNamespace(short="short", graphs={1: "one", 8: "eight"})
+    row = lambda pos, k=1: [([0], [5] * k, list(range(pos, pos + k)))]  # noqa: E731
+    pick = graphs.TargetGraphs.graph_for
+    assert pick(g, row(0), 1) == "short"
+    assert pick(g, row(graphs.SHORT_MAX_KV - 1), 1) == "short"  # keys 0 .. SHORT_MAX_KV - 1
+    assert pick(g, row(graphs.SHORT_MAX_KV), 1) == "one"
+    assert pick(g, row(0, 8), 8) == "eight"
+    g.short = None
+    assert pick(g, row(0), 1) == "one"

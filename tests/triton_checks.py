@@ -349,6 +349,20 @@ def check_nucleus():
         assert got == want, (top_p, got, want)
     assert masked >= 4  # the masks decided some draws
 
+def check_argmax():
+    """The two-launch row argmax equals torch.argmax, ties (bf16-rounded logits) going to the lowest index."""
+    from sparkdec.ops import triton_argmax
+
+    torch.manual_seed(0)
+    for v in (10, 4096, 4097, 9000):
+        x = torch.randn(3, v).to(torch.bfloat16).float()  # many ties
+        x[1, :] = 0.5  # every entry ties: index 0
+        x[2, v - 1] = 100.0  # the maximum in the last chunk
+        assert torch.equal(triton_argmax.argmax_kernels(x), x.argmax(-1)), v
+        y = torch.randn(2, 2 * v)[:, ::2]  # rows not contiguous in memory... columns strided: not the kernels' case
+        assert torch.equal(triton_argmax.argmax_rows(y), y.argmax(-1))
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -361,4 +375,5 @@ if __name__ == "__main__":
     check_top_p_drop()
     check_norm_of_slices()
     check_nucleus()
+    check_argmax()
     print("ok")

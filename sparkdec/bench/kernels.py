@@ -108,7 +108,7 @@ def graph_replay_ms(engine: Engine, seq, rows: int = 1) -> float | None:
     pieces = [(seq.block_table, [seq.anchor] * rows, list(range(s, s + rows)))]
     tier = g.tier_for(rows, 1)
     g._fill(pieces, [seq.block_table], tier)
-    return replay_ms(g.graphs[tier][0])
+    return replay_ms(g.graph_for(pieces, tier)[0])
 
 
 def propose_time(engine: Engine, seq) -> float:

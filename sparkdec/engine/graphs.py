@@ -15,6 +15,13 @@ from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
+# a lone row whose keys number at most SHORT_MAX_KV replays a graph of its own, captured with these PDL modes
+# (triton_gemm.PDL_KINDS): the q/k norm + RoPE, the attention split and the combine let the next kernel launch at
+# their start. H200, Qwen3-4B shape, 1 row (early_ctx_ab_h200_2026-11-30_session19.json): replay 2.712 -> 2.682 ms
+# at ctx 1k, 2.866 -> 2.797 at 2k, but 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k, and 8 rows slower at every
+# context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
+SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
+SHORT_MAX_KV = 3072
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
@@ -25,6 +32,16 @@ def pinned(t: torch.Tensor) -> torch.Tensor:
 def capture_tiers(tiers, forward) -> dict:
     """Warm up forward(tier) on a side stream, then capture one graph per tier (largest first, shared pool).
     Returns {tier: (graph, static outputs)}."""
+    warm_up(tiers, forward)
+    graphs, pool = {}, None
+    for t in sorted(tiers, reverse=True):
+        graphs[t] = capture_one(forward, t, pool)
+        pool = graphs[t][0].pool()
+    return graphs
+
+
+def warm_up(tiers, forward) -> None:
+    """forward(tier) for each tier, once on the current stream, then twice on a side stream."""
     # NOTE: one eager pass on the current stream first, so that library handles, workspaces and kernel
     # modules are created outside the capture (creating them inside invalidates it)
     for t in tiers:
@@ -37,19 +54,34 @@ def capture_tiers(tiers, forward) -> dict:
             for _ in range(2):
                 forward(t)
     torch.cuda.current_stream().wait_stream(stream)
-    graphs, pool = {}, None
+
+
+def capture_one(forward, t: int, pool) -> tuple:
+    """One graph of forward(t) in the memory pool (None: a new one) -> (graph, static outputs)."""
     gc.collect()
     gc.disable()  # NOTE: a collection during capture may free another graph's memory, which invalidates the capture
     try:
-        for t in sorted(tiers, reverse=True):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                out = forward(t)
-            pool = graph.pool()
-            graphs[t] = (graph, out)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            out = forward(t)
+        return graph, out
     finally:
         gc.enable()
-    return graphs
+
+
+def capture_short(forward, pool):
+    """The lone row's graph with SHORT_PDL's modes (None where off) -> (graph, static outputs) or None."""
+    from sparkdec.ops import triton_gemm
+
+    if not SHORT_PDL or not SHORT_MAX_KV:
+        return None
+    saved = triton_gemm.PDL_KINDS
+    triton_gemm.PDL_KINDS = {**saved, **SHORT_PDL}
+    try:
+        warm_up((1,), forward)  # the kernels of these modes compile and load outside the capture
+        return capture_one(forward, 1, pool)
+    finally:
+        triton_gemm.PDL_KINDS = saved
 
 
 class TargetGraphs:
@@ -80,6 +112,7 @@ class TargetGraphs:
         self.pad_rows = np.array([[0], [0], [self.trash_slot], [max_seqs], [1]])
         self.no_block = np.array([[-1], [0]])
         self.graphs: dict[int, tuple] = {}
+        self.short: tuple | None = None  # the lone short row's graph (SHORT_PDL)
 
     def _forward(self, t: int):
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
@@ -87,12 +120,23 @@ class TargetGraphs:
                              max_kv_len=self.max_positions, block_lead=self.block_lead[:t],
                              block_rows=self.block_rows[:t])
         logits = self.runner.forward_rows(self.ids[:t], ctx)
-        return logits, logits.argmax(-1)
+        from sparkdec.ops.triton_argmax import argmax_rows
+
+        return logits, argmax_rows(logits)
 
     @torch.inference_mode()
     def capture(self) -> None:
         self._fill([], [])
         self.graphs = capture_tiers(self.tiers, self._forward)
+        if 1 in self.graphs:
+            self.short = capture_short(self._forward, self.graphs[1][0].pool())
+
+    def graph_for(self, pieces, tier: int) -> tuple:
+        """(graph, static outputs) to replay for these rows: a lone row with at most SHORT_MAX_KV keys takes the
+        short graph."""
+        if tier == 1 and self.short is not None and pieces and pieces[0][2][-1] < SHORT_MAX_KV:
+            return self.short
+        return self.graphs[tier]
 
     def tier_for(self, num_tokens: int, num_seqs: int) -> int | None:
         if num_seqs > self.max_seqs:
@@ -135,7 +179,7 @@ class TargetGraphs:
         n_fill = self._fill(pieces, [p[0] for p in pieces], tier, fill)
         if n_fill:  # the drafts never visit the host: ids[fill_rows] = drafts[fill_src], on the device
             self.ids.index_copy_(0, self.fill_rows[:n_fill], fill[1].index_select(0, self.fill_src[:n_fill]))
-        graph, (logits, argmax) = self.graphs[tier]
+        graph, (logits, argmax) = self.graph_for(pieces, tier)
         graph.replay()
         return logits, argmax
 
