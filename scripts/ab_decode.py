@@ -22,6 +22,7 @@ from sparkdec.bench import kernels as bench_kernels
 from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, make_engine, prefill, propose_replay_ms,
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
+from sparkdec.engine import graphs
 from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_fused, triton_gemm, triton_markov
 
 VARIANTS = {
@@ -185,6 +186,10 @@ for _name, _kinds in {"s3c3": {"split": 3, "combine": 3}, "c3": {"combine": 3}, 
 for _name, _kinds in {"r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "r3c3": {"rope": 3, "combine": 3}}.items():
     VARIANTS[f"gluon_{_name}"] = {**VARIANTS["gluon_split"],
                                   (triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **_kinds}}
+# session 19: short-context graphs (engine/graphs.SHORT_PDL) off, or for more tiers than the lone row's
+VARIANTS["short_off"] = {(graphs, "SHORT_PDL"): {}}
+VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}
+VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
 _MML = {(bench_kernels, "MAX_MODEL_LEN"): 40960}  # (since session 16 also what every variant gets by default)
@@ -199,6 +204,7 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # in commit 7af1146, l2_handoff_ab_h200_2026-11-30_session19.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
+ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts
 
 
 @contextlib.contextmanager
@@ -225,8 +231,8 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
                            spec_verify1_replay_ms=graph_replay_ms(eng, seq), spec_verify8_replay_ms=graph_replay_ms(
                                eng, seq, 8))
             else:
-                res.update(window=eng.max_model_len, decode_ms=decode_ms(eng, seq, 64),
-                           replay1_ms=graph_replay_ms(eng, seq), replay8_ms=graph_replay_ms(eng, seq, 8))
+                res.update(window=eng.max_model_len, decode_ms=decode_ms(eng, seq, 64))
+                res.update({f"replay{r}_ms": graph_replay_ms(eng, seq, r) for r in ROWS})
             del eng, seq
             gc.collect()
             torch.cuda.empty_cache()

@@ -83,12 +83,15 @@ def test_a_lone_short_row_replays_the_short_context_graph():
 
     from sparkdec.engine import graphs
 
-    g = SimpleNamespace(short="short", graphs={1: "one", 8: "eight"})
+    g = SimpleNamespace(short={1: "short"}, graphs={1: "one", 8: "eight"})
     row = lambda pos, k=1: [([0], [5] * k, list(range(pos, pos + k)))]  # noqa: E731
     pick = graphs.TargetGraphs.graph_for
     assert pick(g, row(0), 1) == "short"
     assert pick(g, row(graphs.SHORT_MAX_KV - 1), 1) == "short"  # keys 0 .. SHORT_MAX_KV - 1
     assert pick(g, row(graphs.SHORT_MAX_KV), 1) == "one"
     assert pick(g, row(0, 8), 8) == "eight"
-    g.short = None
+    g.short = {}
     assert pick(g, row(0), 1) == "one"
+    g.short = {1: "short", 8: "short8"}  # SHORT_TIERS (1, 8): the longest row decides
+    assert pick(g, row(0, 8), 8) == "short8"
+    assert pick(g, row(0, 8) + row(graphs.SHORT_MAX_KV, 1), 8) == "eight"

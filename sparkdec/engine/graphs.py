@@ -15,13 +15,14 @@ from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
-# a lone row whose keys number at most SHORT_MAX_KV replays a graph of its own, captured with these PDL modes
-# (triton_gemm.PDL_KINDS): the q/k norm + RoPE, the attention split and the combine let the next kernel launch at
-# their start. H200, Qwen3-4B shape, 1 row (early_ctx_ab_h200_2026-11-30_session19.json): replay 2.712 -> 2.682 ms
-# at ctx 1k, 2.866 -> 2.797 at 2k, but 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k, and 8 rows slower at every
-# context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
+# rows whose keys number at most SHORT_MAX_KV each replay, in the tiers of SHORT_TIERS, graphs of their own captured
+# with these PDL modes (triton_gemm.PDL_KINDS): the q/k norm + RoPE, the attention split and the combine let the next
+# kernel launch at their start. H200, Qwen3-4B shape, 1 row (early_ctx_ab_h200_2026-11-30_session19.json): replay
+# 2.712 -> 2.682 ms at ctx 1k, 2.866 -> 2.797 at 2k, but 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k; 8 rows slower at
+# every context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 SHORT_MAX_KV = 3072
+SHORT_TIERS = (1,)  # the tiers that get a short graph
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
@@ -69,17 +70,17 @@ def capture_one(forward, t: int, pool) -> tuple:
         gc.enable()
 
 
-def capture_short(forward, pool):
-    """The lone row's graph with SHORT_PDL's modes (None where off) -> (graph, static outputs) or None."""
+def capture_short(tiers, forward, pool) -> dict:
+    """The short graphs of these tiers, with SHORT_PDL's modes -> {tier: (graph, static outputs)} ({} where off)."""
     from sparkdec.ops import triton_gemm
 
-    if not SHORT_PDL or not SHORT_MAX_KV:
-        return None
+    if not SHORT_PDL or not SHORT_MAX_KV or not tiers:
+        return {}
     saved = triton_gemm.PDL_KINDS
     triton_gemm.PDL_KINDS = {**saved, **SHORT_PDL}
     try:
-        warm_up((1,), forward)  # the kernels of these modes compile and load outside the capture
-        return capture_one(forward, 1, pool)
+        warm_up(tiers, forward)  # the kernels of these modes compile and load outside the capture
+        return {t: capture_one(forward, t, pool) for t in sorted(tiers, reverse=True)}
     finally:
         triton_gemm.PDL_KINDS = saved
 
@@ -112,7 +113,7 @@ class TargetGraphs:
         self.pad_rows = np.array([[0], [0], [self.trash_slot], [max_seqs], [1]])
         self.no_block = np.array([[-1], [0]])
         self.graphs: dict[int, tuple] = {}
-        self.short: tuple | None = None  # the lone short row's graph (SHORT_PDL)
+        self.short: dict[int, tuple] = {}  # tier -> its short-context graph (SHORT_PDL)
 
     def _forward(self, t: int):
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
@@ -128,14 +129,15 @@ class TargetGraphs:
     def capture(self) -> None:
         self._fill([], [])
         self.graphs = capture_tiers(self.tiers, self._forward)
-        if 1 in self.graphs:
-            self.short = capture_short(self._forward, self.graphs[1][0].pool())
+        short = [t for t in SHORT_TIERS if t in self.graphs]
+        if short:
+            self.short = capture_short(short, self._forward, self.graphs[short[0]][0].pool())
 
     def graph_for(self, pieces, tier: int) -> tuple:
-        """(graph, static outputs) to replay for these rows: a lone row with at most SHORT_MAX_KV keys takes the
-        short graph."""
-        if tier == 1 and self.short is not None and pieces and pieces[0][2][-1] < SHORT_MAX_KV:
-            return self.short
+        """(graph, static outputs) to replay for these rows: rows whose keys number at most SHORT_MAX_KV each take
+        their tier's short graph where it has one."""
+        if tier in self.short and pieces and max(p[2][-1] for p in pieces) < SHORT_MAX_KV:
+            return self.short[tier]
         return self.graphs[tier]
 
     def tier_for(self, num_tokens: int, num_seqs: int) -> int | None:
