@@ -22,7 +22,9 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # every context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 SHORT_MAX_KV = 3072
-SHORT_TIERS = (1,)  # the tiers that get a short graph
+# the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
+# ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
+SHORT_TIERS = (1,)
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
