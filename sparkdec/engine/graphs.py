@@ -22,6 +22,7 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # every context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 SHORT_MAX_KV = 3072
+ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
 SHORT_TIERS = (1,)
@@ -125,7 +126,7 @@ class TargetGraphs:
         logits = self.runner.forward_rows(self.ids[:t], ctx)
         from sparkdec.ops.triton_argmax import argmax_rows
 
-        return logits, argmax_rows(logits)
+        return logits, (argmax_rows(logits) if ROW_ARGMAX else logits.argmax(-1))
 
     @torch.inference_mode()
     def capture(self) -> None:
