@@ -189,8 +189,6 @@ for _name, _kinds in {"r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "r3c3": {
 # session 19: short-context graphs (engine/graphs.SHORT_PDL) off, or for more tiers than the lone row's
 VARIANTS["short_off"] = {(graphs, "SHORT_PDL"): {}}
 VARIANTS["torch_argmax"] = {(graphs, "ROW_ARGMAX"): False}
-for _name, _kinds in {"n3": {"norm": 3}, "o3": {"o": 3}, "o3n3": {"o": 3, "norm": 3}}.items():  # in the short graph
-    VARIANTS[f"short_{_name}"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, **_kinds}}
 VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}
 VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's

@@ -265,15 +265,14 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
-         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False,
-         kind: str = "gluon"):
+         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
     than x's gets that rounding too. partial (with a residual): where SUM_IN_NORM holds
     and a split-K Gluon launch runs it, return its unsummed slices (ops/partials.Partials, for the next norm
-    kernel) instead of the tensor. kind: the PDL kind of a Gluon launch (PDL_KINDS; "gluon"'s where it has none)."""
+    kernel) instead of the tensor."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -292,7 +291,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         defer = (partial and SUM_IN_NORM and split_k > 1 and residual is not None and not silu
                  and out.dtype == x.dtype)
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                              pdl_mode(kind if kind in PDL_KINDS else "gluon"), defer=defer)
+                              pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
             return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
         return got
