@@ -189,6 +189,8 @@ for _name, _kinds in {"r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "r3c3": {
 # session 19: short-context graphs (engine/graphs.SHORT_PDL) off, or for more tiers than the lone row's
 VARIANTS["short_off"] = {(graphs, "SHORT_PDL"): {}}
 VARIANTS["torch_argmax"] = {(graphs, "ROW_ARGMAX"): False}
+# (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;
+# short_graph_more_ab_h200_2026-11-30_session19.json)
 VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}
 VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
