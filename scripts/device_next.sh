@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Device runs for the next session (each < 600 s). Session 18 ran step 1 at 1570918 (30 passed; 4B 2.76 ms/token at
-# 1k, 70% of the floor) and its probes directly (scripts/flag_chain_probe.py, scripts/stream_chain_probe.py, the PDL
-# mode-3 A/B: `AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 python scripts/ab_decode.py OUT qwen3-4b base early_r3s3c3 ...`).
+# Device runs for the next session (each < 600 s). Session 19 ran step 1 at 8a4bfbc (32 passed; 4B 2.70 ms/token at
+# 1k, 73% of the run's floor), step 8, and A/Bs directly (`AB_ROWS=1,2,4,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048 python
+# scripts/ab_decode.py OUT qwen3-4b short_off base short_t1248`, the l2_* and short_* variants, scripts/l2_hit_probe.py).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
