@@ -189,6 +189,9 @@ for _name, _kinds in {"r3s3c3": {"rope": 3, "split": 3, "combine": 3}, "r3c3": {
 # session 19: short-context graphs (engine/graphs.SHORT_PDL) off, or for more tiers than the lone row's
 VARIANTS["short_off"] = {(graphs, "SHORT_PDL"): {}}
 VARIANTS["torch_argmax"] = {(graphs, "ROW_ARGMAX"): False}
+for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW": 32}, "static3": {"COMBINE_STATIC_CHUNKS": 3},
+                    "p32_static3": {"PROGRAMS_ONE_ROW": 32, "COMBINE_STATIC_CHUNKS": 3}}.items():  # the short graph's
+    VARIANTS[f"short_{_name}"] = {(graphs, "SHORT_ATTENTION"): _att}
 # (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;
 # short_graph_more_ab_h200_2026-11-30_session19.json)
 VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}

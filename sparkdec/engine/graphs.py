@@ -22,6 +22,8 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # every context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 SHORT_MAX_KV = 3072
+# ops/triton_attention settings (neither changes bits) for the short graphs: {name: value}
+SHORT_ATTENTION: dict = {}
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
@@ -79,13 +81,19 @@ def capture_short(tiers, forward, pool) -> dict:
 
     if not SHORT_PDL or not SHORT_MAX_KV or not tiers:
         return {}
-    saved = triton_gemm.PDL_KINDS
-    triton_gemm.PDL_KINDS = {**saved, **SHORT_PDL}
+    from sparkdec.ops import triton_attention
+
+    patches = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
+               **{(triton_attention, name): value for name, value in SHORT_ATTENTION.items()}}
+    saved = {key: getattr(*key) for key in patches}
+    for (mod, name), value in patches.items():
+        setattr(mod, name, value)
     try:
         warm_up(tiers, forward)  # the kernels of these modes compile and load outside the capture
         return {t: capture_one(forward, t, pool) for t in sorted(tiers, reverse=True)}
     finally:
-        triton_gemm.PDL_KINDS = saved
+        for (mod, name), value in saved.items():
+            setattr(mod, name, value)
 
 
 class TargetGraphs:
