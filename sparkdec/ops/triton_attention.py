@@ -12,7 +12,10 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops import gluon_split
+from sparkdec.ops import gluon_split, stamps
+from sparkdec.ops.stamps import stamp, stamp_value
+
+_BLOCK_ROWS_P2 = tl.constexpr(triton.next_power_of_2(BLOCK_ROWS))
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
@@ -34,6 +37,9 @@ PROGRAMS_ONE_ROW = 64
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
+# programs of the split kernel with no key to reduce end at once instead of waiting for the previous kernel (session
+# 19, A/B)
+SPLIT_DEAD_EXIT = False
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 # (session 16-17: a split's two steps of keys and values loaded before its first products, one memory round trip per
 # 128-key split, was slower on the H200: 4B decode replay 2.78 -> 2.81 ms at 1k, 3.36 -> 3.54 at 8k; removed,
@@ -65,30 +71,43 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, ROWS: tl.constexpr, PASSES: tl.constexpr,
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
-                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
+                  DEAD_EXIT: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
+    stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     kvh = tl.program_id(1)
     # NOTE: the row blocks are staged before the forward (never written by the previous kernel): read them while
     # it drains. (An L2 prefetch of the keys and values here was slower: l2_kv_prefetch_ab_h200_2026-11-30.json;
     # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
-    pdl_wait(PDL)
-    if has_block:
-        # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
-        for pas in range(0, PASSES):
-            row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
-                                                                  stride_qt, stride_qh, GROUP, GROUP_PAD, ROWS, D,
-                                                                  D_PAD)
-            # NOTE: a fixed number of programs per (block, kv head) walk the splits p, p + PROGRAMS, ...: the
-            # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
-            for j in range(0, ITERS):
-                split = tl.program_id(2) + j * PROGRAMS
-                start = split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
-                if start < max_len:
-                    steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
-                    _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
-                                stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
+    busy = True
+    if DEAD_EXIT:  # a program none of whose splits holds a key reads nothing the previous kernel wrote: it ends at
+        # once, without waiting (program (0, 0, 0) always waits, so that this grid never ends before the previous one)
+        rr = tl.arange(0, _BLOCK_ROWS_P2)
+        block_len = tl.max(tl.load(len_ptr + tl.maximum(lead, 0) + rr, mask=has_block & (rr < n_rows), other=0), 0)
+        first = (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0)
+        busy = (split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) < block_len) | first
+    if busy:
+        pdl_wait(PDL)
+        stamp(stamp_ptr, 1, STAMPS)
+        if has_block:
+            # NOTE: a block of more than ROWS rows runs in further passes of ROWS rows (QUERY_TILE // GROUP_PAD)
+            for pas in range(0, PASSES):
+                row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
+                                                                      stride_qt, stride_qh, GROUP, GROUP_PAD, ROWS, D,
+                                                                      D_PAD)
+                # NOTE: a fixed number of programs per (block, kv head) walk the splits p, p + PROGRAMS, ...: the
+                # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
+                for j in range(0, ITERS):
+                    split = tl.program_id(2) + j * PROGRAMS
+                    start = split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
+                    if start < max_len:
+                        steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
+                        _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
+                                    stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
+                                    start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
+    stamp_value(stamp_ptr, split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) < tl.load(len_ptr + tl.maximum(lead, 0)), STAMPS)
+    stamp(stamp_ptr, 2, STAMPS)
     pdl_release(PDL)
 
 
@@ -193,19 +212,22 @@ def attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale):
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
                     CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr,
-                    WHILE: tl.constexpr, PDL: tl.constexpr):
+                    WHILE: tl.constexpr, PDL: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
+    stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     row = tl.program_id(0)
     h = tl.program_id(1)
     # staged before the forward: read before the wait
     used = splits_covering(tl.load(len_ptr + row), SPLIT_N, FINE_N, FINE_SPLITS)
     pdl_wait(PDL)
+    stamp(stamp_ptr, 1, STAMPS)
     sp = tl.arange(0, CHUNK)
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row.to(tl.int64) * num_heads + h) * num_splits
     out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, STATIC, WHILE)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
+    stamp(stamp_ptr, 2, STAMPS)
 
 
 @triton.jit
@@ -343,7 +365,7 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=chunks, D=d, D_PAD=max(16, triton.next_power_of_2(d)),
                              STATIC=min(chunks, COMBINE_STATIC_CHUNKS) if COMBINE_UNROLL else 0,
-                             WHILE=COMBINE_WHILE, **pdl_args("combine"))
+                             WHILE=COMBINE_WHILE, **pdl_args("combine"), **stamps.args("combine", acc))
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
@@ -375,6 +397,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t,
             GROUP=group, GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=passes, D=d,
             D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-            ITERS=iters, num_warps=SPLIT_WARPS,
-            **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"))
+            ITERS=iters, DEAD_EXIT=SPLIT_DEAD_EXIT, num_warps=SPLIT_WARPS,
+            **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"),
+            **stamps.args("split", acc))
     combine(acc, ml, row_kv_len, out, splits, fine)

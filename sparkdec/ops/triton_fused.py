@@ -10,7 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
+from sparkdec.ops import stamps
 from sparkdec.ops.partials import Partials
+from sparkdec.ops.stamps import stamp
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 
@@ -103,7 +105,9 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
 @triton.jit
 def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, eps,
                            stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols,
-                           NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr):
+                           NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr,
+                           stamp_ptr, STAMPS: tl.constexpr):
+    stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)  # heads 0..NUM_Q-1 are queries, then NUM_KV key heads (each also moves its value head)
@@ -123,6 +127,7 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
     s2 = tl.load(sin_ptr + pos * stride_cos + HALF + offs).to(dt).to(tl.float32)
     slot = tl.load(slot_ptr + t)
     pdl_wait(PDL)
+    stamp(stamp_ptr, 1, STAMPS)
     col = tl.where(is_q, h * 2 * HALF, q_cols + kvh * 2 * HALF)
     base = qkv_ptr + t * stride_t + col
     a = tl.load(base + offs).to(tl.float32)
@@ -144,6 +149,7 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
         vdst = v_ptr + slot * stride_cs + kvh * stride_ch
         tl.store(vdst + offs, tl.load(vsrc + offs))
         tl.store(vdst + HALF + offs, tl.load(vsrc + HALF + offs))
+    stamp(stamp_ptr, 2, STAMPS)
 
 
 def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weight, eps: float, cos, sin,
@@ -157,5 +163,5 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
     _qkv_rope_store_kernel[(t, num_q + num_kv)](
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
-        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args("rope"))
+        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args("rope"), **stamps.args("rope", q))
     return q if num_q else None
