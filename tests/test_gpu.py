@@ -665,3 +665,22 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
         llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
         assert [o.token_ids for o in llm.generate(prompts, params)] == want, graphs
     assert any(ran)  # the Gluon kernel did run
+
+
+def test_split_programs_without_keys_ending_at_once_keep_the_tokens(tmp_path, monkeypatch):
+    """SPLIT_DEAD_EXIT: the split kernel's programs that hold no key end without their PDL wait; greedy decoding
+    (graphs and eager, short and long rows, prompt blocks through the split kernel) gives the same tokens."""
+    import sparkdec.ops.triton_attention as ta
+    from sparkdec.engine import context
+
+    monkeypatch.setattr(context, "PREFILL_KERNEL", False)
+    model = make_target(tmp_path / "d128", vocab_size=509, hidden_size=256, intermediate_size=512,
+                        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                        tie_word_embeddings=False, max_position_embeddings=4096)
+    params = SamplingParams(max_tokens=160, ignore_eos=True)
+    prompts = PROMPTS + [list(range(100, 400)) * 7]
+    want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(prompts, params)]
+    monkeypatch.setattr(ta, "SPLIT_DEAD_EXIT", True)
+    for graphs in (True, False):
+        llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
+        assert [o.token_ids for o in llm.generate(prompts, params)] == want, graphs
