@@ -10,7 +10,6 @@ the engine's default) since session 16; variant window_ctx gives the earlier ctx
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -23,6 +22,7 @@ from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, 
                                     propose_time)
 from sparkdec.bench.shapes import param_bytes, random_models
 from sparkdec.engine import graphs
+from sparkdec.engine.graphs import patched
 from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_fused, triton_gemm, triton_markov
 
 VARIANTS = {
@@ -212,19 +212,6 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts
-
-
-@contextlib.contextmanager
-def patched(overrides: dict):
-    """Module settings {(module, name): value} set for the block, restored after it."""
-    saved = {key: getattr(*key) for key in overrides}
-    for (mod, name), value in overrides.items():
-        setattr(mod, name, value)
-    try:
-        yield
-    finally:
-        for (mod, name), value in saved.items():
-            setattr(mod, name, value)
 
 
 def run_variant(models, ctx: int, overrides: dict) -> dict:

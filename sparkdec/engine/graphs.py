@@ -5,6 +5,7 @@ live count are padding: they write K/V into a trash page and their outputs are i
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 
 import numpy as np
@@ -77,20 +78,24 @@ def capture_one(forward, t: int, pool) -> tuple:
 
 def capture_short(tiers, forward, pool) -> dict:
     """The short graphs of these tiers, with SHORT_PDL's modes -> {tier: (graph, static outputs)} ({} where off)."""
-    from sparkdec.ops import triton_gemm
+    from sparkdec.ops import triton_attention, triton_gemm
 
     if not SHORT_PDL or not SHORT_MAX_KV or not tiers:
         return {}
-    from sparkdec.ops import triton_attention
-
-    patches = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
-               **{(triton_attention, name): value for name, value in SHORT_ATTENTION.items()}}
-    saved = {key: getattr(*key) for key in patches}
-    for (mod, name), value in patches.items():
-        setattr(mod, name, value)
-    try:
+    with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
+                  **{(triton_attention, name): value for name, value in SHORT_ATTENTION.items()}}):
         warm_up(tiers, forward)  # the kernels of these modes compile and load outside the capture
         return {t: capture_one(forward, t, pool) for t in sorted(tiers, reverse=True)}
+
+
+@contextlib.contextmanager
+def patched(overrides: dict):
+    """Module settings {(module, name): value} set for the block, restored after it."""
+    saved = {key: getattr(*key) for key in overrides}
+    for (mod, name), value in overrides.items():
+        setattr(mod, name, value)
+    try:
+        yield
     finally:
         for (mod, name), value in saved.items():
             setattr(mod, name, value)
