@@ -95,3 +95,28 @@ def test_a_lone_short_row_replays_the_short_context_graph():
     g.short = {1: "short", 8: "short8"}  # SHORT_TIERS (1, 8): the longest row decides
     assert pick(g, row(0, 8), 8) == "short8"
     assert pick(g, row(0, 8) + row(graphs.SHORT_MAX_KV, 1), 8) == "eight"
+
+
+def test_short_graphs_are_captured_with_their_settings_and_restore_them(monkeypatch):
+    """capture_short: the warm-up and the capture run under SHORT_PDL's PDL modes (and SHORT_ATTENTION), which are
+    restored afterwards, also when the capture fails; off (SHORT_PDL {}), nothing is captured."""
+    import pytest
+
+    from sparkdec.engine import graphs
+    from sparkdec.ops import triton_attention, triton_gemm
+
+    seen = []
+    monkeypatch.setattr(graphs, "warm_up", lambda tiers, fwd: seen.append(("warm", dict(triton_gemm.PDL_KINDS))))
+    monkeypatch.setattr(graphs, "capture_one", lambda fwd, t, pool: (seen.append(
+        ("capture", t, triton_attention.PROGRAMS_ONE_ROW)) or ("graph", t)))
+    monkeypatch.setattr(graphs, "SHORT_ATTENTION", {"PROGRAMS_ONE_ROW": 7})
+    kinds, programs = dict(triton_gemm.PDL_KINDS), triton_attention.PROGRAMS_ONE_ROW
+    assert graphs.capture_short((1,), None, None) == {1: ("graph", 1)}
+    assert seen[0] == ("warm", {**kinds, **graphs.SHORT_PDL}) and seen[1] == ("capture", 1, 7)
+    assert triton_gemm.PDL_KINDS == kinds and triton_attention.PROGRAMS_ONE_ROW == programs
+    monkeypatch.setattr(graphs, "capture_one", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        graphs.capture_short((1,), None, None)
+    assert triton_gemm.PDL_KINDS == kinds and triton_attention.PROGRAMS_ONE_ROW == programs
+    monkeypatch.setattr(graphs, "SHORT_PDL", {})
+    assert graphs.capture_short((1,), None, None) == {}
