@@ -82,6 +82,7 @@ for bound, loop in ((2200, False), (9000, False), (9000, True)):  # ... a grid s
     assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, bound,
                                               d ** -0.5), coarse), bound
 ta.SPLIT_DEAD_EXIT = True  # programs with no key end without waiting: the same bits
+ta.SPLIT_KV_TOGETHER = True  # a step's values loaded with its keys: the same bits
 for bound in (2200, 9000):
     assert torch.equal(triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, bound,
                                               d ** -0.5), coarse), bound

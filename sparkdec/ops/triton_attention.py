@@ -40,6 +40,9 @@ QUERY_TILE = 64
 # programs of the split kernel with no key to reduce end at once instead of waiting for the previous kernel (session
 # 19, A/B)
 SPLIT_DEAD_EXIT = False
+# a split step's values loaded together with its keys (session 19, A/B): the compiled kernel otherwise issues the
+# values' loads only after the keys have arrived and been staged for the first dot (PTX for sm_90)
+SPLIT_KV_TOGETHER = False
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 # (session 16-17: a split's two steps of keys and values loaded before its first products, one memory round trip per
 # 128-key split, was slower on the H200: 4B decode replay 2.78 -> 2.81 ms at 1k, 3.36 -> 3.54 at 8k; removed,
@@ -72,7 +75,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
                   BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
-                  DEAD_EXIT: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
+                  DEAD_EXIT: tl.constexpr, KV_TOGETHER: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
     stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     kvh = tl.program_id(1)
@@ -105,8 +108,11 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                         steps = tl.where(split < FINE_SPLITS, FINE_N // BLOCK, SPLIT_N // BLOCK)
                         _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                     stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
-                                    start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK)
-    stamp_value(stamp_ptr, split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) < tl.load(len_ptr + tl.maximum(lead, 0)), STAMPS)
+                                    start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK,
+                                    KV_TOGETHER)
+    if STAMPS:  # column 3: does the program's first split hold a key of the block's first row
+        stamp_value(stamp_ptr, split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS)
+                    < tl.load(len_ptr + tl.maximum(lead, 0)), STAMPS)
     stamp(stamp_ptr, 2, STAMPS)
     pdl_release(PDL)
 
@@ -173,7 +179,8 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 @triton.jit
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
                 stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
-                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr):
+                QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr,
+                KV_TOGETHER: tl.constexpr = False):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
     workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
@@ -184,6 +191,9 @@ def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr,
             pos = start + i * BLOCK + tl.arange(0, BLOCK)
             k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
                              pos < max_len, d, dm)
+            if KV_TOGETHER:  # a select that needs both (and always picks k): the values' loads are issued before the
+                # keys are staged in shared memory for the first dot, not after (one memory round trip, not two)
+                k = tl.where(max_len < 0, v, k)
             m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
@@ -397,7 +407,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t,
             GROUP=group, GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=passes, D=d,
             D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-            ITERS=iters, DEAD_EXIT=SPLIT_DEAD_EXIT, num_warps=SPLIT_WARPS,
+            ITERS=iters, DEAD_EXIT=SPLIT_DEAD_EXIT, KV_TOGETHER=SPLIT_KV_TOGETHER, num_warps=SPLIT_WARPS,
             **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"),
             **stamps.args("split", acc))
     combine(acc, ml, row_kv_len, out, splits, fine)
