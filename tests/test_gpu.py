@@ -667,9 +667,10 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     assert any(ran)  # the Gluon kernel did run
 
 
-def test_split_programs_without_keys_ending_at_once_keep_the_tokens(tmp_path, monkeypatch):
+def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
     """SPLIT_DEAD_EXIT: the split kernel's programs that hold no key end without their PDL wait (and, with
-    SPLIT_KV_TOGETHER, load a step's values with its keys); greedy decoding (graphs and eager, short and long rows,
+    SPLIT_KV_TOGETHER, load a step's values with its keys, and the combine, with COMBINE_PRELOAD, its chunks' at once);
+    greedy decoding (graphs and eager, short and long rows,
     prompt blocks through the split kernel) gives the same tokens."""
     import sparkdec.ops.triton_attention as ta
     from sparkdec.engine import context
@@ -683,6 +684,7 @@ def test_split_programs_without_keys_ending_at_once_keep_the_tokens(tmp_path, mo
     want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(prompts, params)]
     monkeypatch.setattr(ta, "SPLIT_DEAD_EXIT", True)
     monkeypatch.setattr(ta, "SPLIT_KV_TOGETHER", True)
+    monkeypatch.setattr(ta, "COMBINE_PRELOAD", True)
     for graphs in (True, False):
         llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
         assert [o.token_ids for o in llm.generate(prompts, params)] == want, graphs

@@ -66,6 +66,8 @@ COMBINE_STATIC_CHUNKS = 2
 # (same operations: same bits). 4B decode with the 40k window, replay at 1k 2.78 -> 2.71-2.72 ms (2.70 with a window
 # of ctx + 1024), at 8k 3.36 -> 3.34 (combine_while_ab_h200_2026-11-30_session17.json)
 COMBINE_WHILE = True
+# the unrolled chunks' loads issued together before the first reduction (session 19, A/B; same operations)
+COMBINE_PRELOAD = False
 
 
 @triton.jit
@@ -222,7 +224,8 @@ def attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale):
 def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num_heads, num_splits,
                     SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
                     CHUNKS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr,
-                    WHILE: tl.constexpr, PDL: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
+                    WHILE: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr, stamp_ptr,
+                    STAMPS: tl.constexpr):
     stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     row = tl.program_id(0)
@@ -235,24 +238,34 @@ def _combine_kernel(acc_ptr, ml_ptr, len_ptr, out_ptr, stride_ot, stride_oh, num
     d = tl.arange(0, D_PAD)
     dm = d < D
     base = (row.to(tl.int64) * num_heads + h) * num_splits
-    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, STATIC, WHILE)
+    out = _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK, CHUNKS, D, D_PAD, STATIC, WHILE, PRELOAD)
     tl.store(out_ptr + row * stride_ot + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dm)
     stamp(stamp_ptr, 2, STAMPS)
 
 
 @triton.jit
 def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
-                    D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr, WHILE: tl.constexpr):
+                    D: tl.constexpr, D_PAD: tl.constexpr, STATIC: tl.constexpr, WHILE: tl.constexpr,
+                    PRELOAD: tl.constexpr = False):
     """The splits' maximum first, then the weighted sums. (A one-pass form rescaling as the maximum grows was no
     faster: attention_preload_early_onepass_ab_h200_2026-11-30.json)
     NOTE: fixed-size chunks of splits, summed chunk after chunk; a chunk past the row's own splits leaves the sums
     untouched: the order and the operations depend on nothing but the row itself (not on how many splits the grid
     was sized for). The first STATIC chunks are unrolled, so that the compiler can issue their loads at once instead
-    of one memory round trip per chunk; the rest loop, each stopping at once past the row's splits (same bits)."""
+    of one memory round trip per chunk; the rest loop, each stopping at once past the row's splits (same bits).
+    PRELOAD (STATIC 1 or 2): those chunks' maxima, sums and values all loaded before the first reduction; compiled
+    as above, a chunk's values are loaded only after the maxima's reduction and the chunk before it (its barriers)."""
     n_chunks = tl.cdiv(used, CHUNK)
     m = tl.full([CHUNK], float("-inf"), tl.float32)
-    for c in tl.static_range(STATIC):
-        m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
+    if PRELOAD:
+        m0, l0, p0 = _chunk_loads(acc_ptr, ml_ptr, base, used, sp, d, dm, 0, CHUNK, D)
+        m = tl.maximum(m, m0)
+        if STATIC > 1:
+            m1, l1, p1 = _chunk_loads(acc_ptr, ml_ptr, base, used, sp, d, dm, 1, CHUNK, D)
+            m = tl.maximum(m, m1)
+    else:
+        for c in tl.static_range(STATIC):
+            m = tl.maximum(m, _chunk_max(ml_ptr, base, used, sp, c, CHUNK))
     last = tl.minimum(n_chunks, CHUNKS)  # (n_chunks <= CHUNKS whenever row_kv_len <= max_kv_len, as callers vouch)
     if WHILE:  # the loop ends at the row's own chunks (no dead iterations in a grid sized for a long window)
         c = STATIC
@@ -266,8 +279,13 @@ def _combine_splits(acc_ptr, ml_ptr, base, used, sp, d, dm, CHUNK: tl.constexpr,
     m_max = tl.max(m, 0)
     total = tl.zeros([1], tl.float32)
     acc = tl.zeros([D_PAD], tl.float32)
-    for c in tl.static_range(STATIC):
-        total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
+    if PRELOAD:
+        total, acc = _chunk_add(m0, l0, p0, used, sp, 0, m_max, total, acc, CHUNK)
+        if STATIC > 1:
+            total, acc = _chunk_add(m1, l1, p1, used, sp, 1, m_max, total, acc, CHUNK)
+    else:
+        for c in tl.static_range(STATIC):
+            total, acc = _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK, D)
     if WHILE:
         c = STATIC
         while c < last:
@@ -291,12 +309,27 @@ def _chunk_max(ml_ptr, base, used, sp, c, CHUNK: tl.constexpr):
 def _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK: tl.constexpr, D: tl.constexpr):
     """Chunk c's splits added to the running (sum of weights [1], weighted values); a chunk past the used splits
     leaves both exactly as they were."""
+    mc, lc, parts = _chunk_loads(acc_ptr, ml_ptr, base, used, sp, d, dm, c, CHUNK, D)
+    return _chunk_add(mc, lc, parts, used, sp, c, m_max, total, acc, CHUNK)
+
+
+@triton.jit
+def _chunk_loads(acc_ptr, ml_ptr, base, used, sp, d, dm, c, CHUNK: tl.constexpr, D: tl.constexpr):
+    """Chunk c's split maxima (-inf past the used ones), sums and weighted values [CHUNK, D_PAD]."""
     idx = base + c * CHUNK + sp
     live = c * CHUNK + sp < used
-    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
+    mc = tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf"))
     parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
+    return mc, tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), parts
+
+
+@triton.jit
+def _chunk_add(mc, lc, parts, used, sp, c, m_max, total, acc, CHUNK: tl.constexpr):
+    """_chunk_fold's sums from chunk c's loaded maxima, sums and values."""
+    live = c * CHUNK + sp < used
+    w = tl.where(live, tl.exp(mc - m_max), 0.0)
     keep = c * CHUNK < used
-    total = tl.where(keep, total + tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0), total)
+    total = tl.where(keep, total + tl.sum(w * lc, 0), total)
     return total, tl.where(keep, acc + tl.sum(parts * w[:, None], 0), acc)
 
 
@@ -375,7 +408,8 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=chunks, D=d, D_PAD=max(16, triton.next_power_of_2(d)),
                              STATIC=min(chunks, COMBINE_STATIC_CHUNKS) if COMBINE_UNROLL else 0,
-                             WHILE=COMBINE_WHILE, **pdl_args("combine"), **stamps.args("combine", acc))
+                             WHILE=COMBINE_WHILE, PRELOAD=COMBINE_PRELOAD and 1 <= min(chunks, COMBINE_STATIC_CHUNKS) <= 2
+                             and COMBINE_UNROLL, **pdl_args("combine"), **stamps.args("combine", acc))
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
