@@ -14,9 +14,9 @@ import triton.language as tl
 from sparkdec.engine.context import BLOCK_ROWS
 from sparkdec.ops import gluon_split, stamps
 from sparkdec.ops.stamps import stamp, stamp_value
-
-_BLOCK_ROWS_P2 = tl.constexpr(triton.next_power_of_2(BLOCK_ROWS))
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
+
+_BLOCK_ROWS_P2 = tl.constexpr(triton.next_power_of_2(BLOCK_ROWS))  # a row block's rows, padded for tl.arange
 
 SPLIT = 128  # keys per split (fixed: part of the reduction order)
 # positions below FINE_END are split in FINE_SPLIT keys (twice the programs for short contexts), the rest in SPLIT

@@ -1,0 +1,71 @@
+"""The attention chain's Triton kernels compile for sm_90 on a machine without a GPU with their staged switches on,
+and the load schedules do what they are for (PTX): COMBINE_PRELOAD issues both unrolled chunks' value loads before
+the first barrier, SPLIT_KV_TOGETHER a step's key and value loads before it, and stamps read %globaltimer. The GPU
+tests (tests/test_gpu.py) check their tokens; tests/test_ops.py their results in the interpreter."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason="PTX checked with triton 3.6")
+
+
+def ptx_of(kernel, types: dict, consts: dict, divisible: tuple[str, ...]) -> str:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(inspect.signature(kernel.fn).parameters)
+    sig = {**types, **{name: "constexpr" for name in consts}}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in divisible}
+    src = ASTSource(kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
+
+
+def loads_before_first_barrier(ptx: str, after: str) -> int:
+    """Vector global loads between the first line containing `after` and the next bar.sync."""
+    body = ptx[ptx.index(after):]
+    return body[:body.index("bar.sync")].count("ld.global.v4")
+
+
+def split_ptx(**switches) -> str:
+    from sparkdec.ops import triton_attention as ta
+
+    ints = ["stride_qt", "stride_qh", "stride_ks", "stride_kh", "stride_bt", "page_size", "num_splits", "num_heads",
+            "num_rows"]
+    types = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i64",
+             "len_ptr": "*i32", "lead_ptr": "*i64", "nrow_ptr": "*i64", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
+             "scale": "fp32", **{n: "i32" for n in ints}, "stamp_ptr": "*i64"}
+    consts = dict(GROUP=4, GROUP_PAD=4, ROWS=16, PASSES=1, D=128, D_PAD=128, SPLIT_N=128, FINE_N=64, FINE_SPLITS=32,
+                  BLOCK=64, PROGRAMS=64, ITERS=8, PDL=3, DEAD_EXIT=0, KV_TOGETHER=0, STAMPS=0)
+    consts.update(switches)
+    return ptx_of(ta._split_kernel, types, consts, ("stride_qt", "stride_qh", "stride_ks", "stride_kh", "page_size"))
+
+
+def combine_ptx(**switches) -> str:
+    from sparkdec.ops import triton_attention as ta
+
+    types = {"acc_ptr": "*fp32", "ml_ptr": "*fp32", "len_ptr": "*i32", "out_ptr": "*bf16", "stride_ot": "i32",
+             "stride_oh": "i32", "num_heads": "i32", "num_splits": "i32", "stamp_ptr": "*i64"}
+    consts = dict(SPLIT_N=128, FINE_N=64, FINE_SPLITS=32, CHUNK=16, CHUNKS=32, D=128, D_PAD=128, STATIC=2, WHILE=True,
+                  PRELOAD=0, PDL=3, STAMPS=0)
+    consts.update(switches)
+    return ptx_of(ta._combine_kernel, types, consts, ("stride_ot", "stride_oh"))
+
+
+def test_combine_preload_issues_both_chunks_values_before_its_first_barrier():
+    assert loads_before_first_barrier(combine_ptx(), "griddepcontrol.wait") == 4  # chunk 0's values only
+    assert loads_before_first_barrier(combine_ptx(PRELOAD=1), "griddepcontrol.wait") == 8
+
+
+def test_split_kv_together_issues_keys_and_values_before_the_step_is_staged():
+    loop = "%.preheader"  # the split steps' loop
+    assert loads_before_first_barrier(split_ptx(), loop) == 8  # the keys' loads only
+    assert loads_before_first_barrier(split_ptx(KV_TOGETHER=1), loop) == 16
+
+
+def test_stamps_and_dead_exit_compile_and_stamps_cost_nothing_off():
+    assert split_ptx(DEAD_EXIT=1, STAMPS=1).count("%globaltimer") == 3
+    assert "globaltimer" not in split_ptx(DEAD_EXIT=1)
+    assert combine_ptx(PRELOAD=1, STAMPS=1).count("%globaltimer") == 3
