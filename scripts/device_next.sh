@@ -13,7 +13,8 @@
 # 10. (session 19, staged) the attention chain's anatomy from %globaltimer stamps in the short graph (ops/stamps.py),
 #    with and without the split's keyless programs ending at once (SPLIT_DEAD_EXIT), then the A/B of that switch and
 #    of SPLIT_KV_TOGETHER (a split step's values loaded with its keys: one memory round trip less per step) and
-#    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less)
+#    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less) and ROPE_V_EARLY (the q/k
+#    norm + RoPE kernel loading a key head's values with its key: one round trip less)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -50,7 +51,8 @@ elif [ "$1" = 10 ]; then
   timeout 150 python scripts/split_stamps_probe.py $OUT/split_stamps.json base chain_loads 2>&1 | grep -v Warn | tail -3
   timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "load_schedules" 2>&1 | tail -1
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/dead_exit_ab.json \
-    qwen3-4b base dead_exit kv_together combine_preload chain_loads base#2 chain_loads#2 2>&1 | grep "ctx "
+    qwen3-4b base dead_exit kv_together combine_preload rope_v_early chain_loads base#2 chain_loads#2 2>&1 \
+    | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -69,3 +69,24 @@ def test_stamps_and_dead_exit_compile_and_stamps_cost_nothing_off():
     assert split_ptx(DEAD_EXIT=1, STAMPS=1).count("%globaltimer") == 3
     assert "globaltimer" not in split_ptx(DEAD_EXIT=1)
     assert combine_ptx(PRELOAD=1, STAMPS=1).count("%globaltimer") == 3
+
+
+def rope_ptx(**switches) -> str:
+    from sparkdec.ops import triton_fused as tf
+
+    ints = ["stride_t", "stride_qt", "stride_qh", "stride_cs", "stride_ch", "stride_cos", "q_cols"]
+    types = {"qkv_ptr": "*bf16", "qw_ptr": "*bf16", "kw_ptr": "*bf16", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
+             "pos_ptr": "*i64", "slot_ptr": "*i64", "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16",
+             "eps": "fp32", **{n: "i32" for n in ints}, "stamp_ptr": "*i64"}
+    consts = dict(NUM_Q=32, NUM_KV=8, HALF=64, PDL=2, V_EARLY=0, STAMPS=0)
+    consts.update(switches)
+    return ptx_of(tf._qkv_rope_store_kernel, types, consts, tuple(ints))
+
+
+def test_rope_v_early_loads_the_values_before_the_norms_reductions():
+    def loads_after_wait_before_barrier(ptx):
+        body = ptx[ptx.index("griddepcontrol.wait"):]
+        return body[:body.index("bar.sync")].count("ld.global")
+
+    assert loads_after_wait_before_barrier(rope_ptx()) == 2  # the query/key halves
+    assert loads_after_wait_before_barrier(rope_ptx(V_EARLY=1)) == 4  # and the value halves

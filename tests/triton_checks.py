@@ -53,6 +53,15 @@ def check_gemm():
 
 
 def check_qkv_rope_store():
+    from sparkdec.ops import triton_fused
+
+    for early in (False, True):  # ROPE_V_EARLY: the values loaded with the keys, the same copy
+        triton_fused.ROPE_V_EARLY = early
+        _check_qkv_rope_store()
+    triton_fused.ROPE_V_EARLY = False
+
+
+def _check_qkv_rope_store():
     t, hq, hkv, d = 5, 4, 2, 16
     rope = RotaryTable(d, 1e4, 64)
     qkv, qw, kw = torch.randn(t, (hq + 2 * hkv) * d), torch.randn(d), torch.randn(d)

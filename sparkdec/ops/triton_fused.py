@@ -102,11 +102,15 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     return out, h.out
 
 
+# the q/k norm + RoPE kernel loading a key head's values with its key (session 19, A/B; the same copy)
+ROPE_V_EARLY = False
+
+
 @triton.jit
 def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, eps,
                            stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols,
                            NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr,
-                           stamp_ptr, STAMPS: tl.constexpr):
+                           V_EARLY: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
     stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     t = tl.program_id(0)
@@ -132,6 +136,11 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
     base = qkv_ptr + t * stride_t + col
     a = tl.load(base + offs).to(tl.float32)
     b = tl.load(base + HALF + offs).to(tl.float32)
+    if V_EARLY:  # a key head's value halves loaded beside its key: compiled in place, their loads wait for the
+        # norm's reductions (barriers), a second memory round trip after the wait
+        v_live = (offs < HALF) & (h >= NUM_Q)
+        va = tl.load(base + NUM_KV * 2 * HALF + offs, mask=v_live, other=0.0)
+        vb = tl.load(base + NUM_KV * 2 * HALF + HALF + offs, mask=v_live, other=0.0)
     inv = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF) + eps)
     a = (w1 * (a * inv).to(dt)).to(dt).to(tl.float32)
     b = (w2 * (b * inv).to(dt)).to(dt).to(tl.float32)
@@ -147,8 +156,12 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
         tl.store(out + HALF + offs, hi)
         vsrc = base + NUM_KV * 2 * HALF
         vdst = v_ptr + slot * stride_cs + kvh * stride_ch
-        tl.store(vdst + offs, tl.load(vsrc + offs))
-        tl.store(vdst + HALF + offs, tl.load(vsrc + HALF + offs))
+        if V_EARLY:
+            tl.store(vdst + offs, va)
+            tl.store(vdst + HALF + offs, vb)
+        else:
+            tl.store(vdst + offs, tl.load(vsrc + offs))
+            tl.store(vdst + HALF + offs, tl.load(vsrc + HALF + offs))
     stamp(stamp_ptr, 2, STAMPS)
 
 
@@ -163,5 +176,5 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
     _qkv_rope_store_kernel[(t, num_q + num_kv)](
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
-        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, **pdl_args("rope"), **stamps.args("rope", q))
+        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, V_EARLY=ROPE_V_EARLY, **pdl_args("rope"), **stamps.args("rope", q))
     return q if num_q else None
