@@ -51,7 +51,7 @@ elif [ "$1" = 10 ]; then
   timeout 150 python scripts/split_stamps_probe.py $OUT/split_stamps.json base chain_loads 2>&1 | grep -v Warn | tail -3
   timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "load_schedules" 2>&1 | tail -1
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/dead_exit_ab.json \
-    qwen3-4b base dead_exit kv_together combine_preload rope_v_early chain_loads base#2 chain_loads#2 2>&1 \
+    qwen3-4b base dead_exit kv_together combine_preload rope_v_early pages_early chain_loads base#2 chain_loads#2 2>&1 \
     | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \

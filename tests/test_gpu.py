@@ -669,7 +669,8 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
 
 def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
     """SPLIT_DEAD_EXIT: the split kernel's programs that hold no key end without their PDL wait (and, with
-    SPLIT_KV_TOGETHER, load a step's values with its keys, the combine, with COMBINE_PRELOAD, its chunks' at once, and
+    SPLIT_KV_TOGETHER, load a step's values with its keys, with SPLIT_PAGES_EARLY, the first step's page ids before the
+    wait; the combine, with COMBINE_PRELOAD, its chunks' at once; and
     the q/k norm + RoPE kernel, with ROPE_V_EARLY, a key head's values with its key);
     greedy decoding (graphs and eager, short and long rows,
     prompt blocks through the split kernel) gives the same tokens."""
@@ -687,6 +688,7 @@ def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
     monkeypatch.setattr(ta, "SPLIT_DEAD_EXIT", True)
     monkeypatch.setattr(ta, "SPLIT_KV_TOGETHER", True)
     monkeypatch.setattr(ta, "COMBINE_PRELOAD", True)
+    monkeypatch.setattr(ta, "SPLIT_PAGES_EARLY", True)
     monkeypatch.setattr(triton_fused, "ROPE_V_EARLY", True)
     for graphs in (True, False):
         llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)

@@ -83,6 +83,7 @@ for bound, loop in ((2200, False), (9000, False), (9000, True)):  # ... a grid s
                                               d ** -0.5), coarse), bound
 ta.SPLIT_DEAD_EXIT = True  # programs with no key end without waiting: the same bits
 ta.SPLIT_KV_TOGETHER = True  # a step's values loaded with its keys: the same bits
+ta.SPLIT_PAGES_EARLY = True  # the first step's page ids before the wait: the same bits
 ta.COMBINE_PRELOAD = True  # the unrolled chunks' loads issued together: the same bits
 for static in (1, 2):
     ta.COMBINE_STATIC_CHUNKS = static

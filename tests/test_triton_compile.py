@@ -38,7 +38,7 @@ def split_ptx(**switches) -> str:
              "len_ptr": "*i32", "lead_ptr": "*i64", "nrow_ptr": "*i64", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
              "scale": "fp32", **{n: "i32" for n in ints}, "stamp_ptr": "*i64"}
     consts = dict(GROUP=4, GROUP_PAD=4, ROWS=16, PASSES=1, D=128, D_PAD=128, SPLIT_N=128, FINE_N=64, FINE_SPLITS=32,
-                  BLOCK=64, PROGRAMS=64, ITERS=8, PDL=3, DEAD_EXIT=0, KV_TOGETHER=0, STAMPS=0)
+                  BLOCK=64, PROGRAMS=64, ITERS=8, PDL=3, DEAD_EXIT=0, KV_TOGETHER=0, PAGES_EARLY=0, STAMPS=0)
     consts.update(switches)
     return ptx_of(ta._split_kernel, types, consts, ("stride_qt", "stride_qh", "stride_ks", "stride_kh", "page_size"))
 
@@ -63,6 +63,13 @@ def test_split_kv_together_issues_keys_and_values_before_the_step_is_staged():
     loop = "%.preheader"  # the split steps' loop
     assert loads_before_first_barrier(split_ptx(), loop) == 8  # the keys' loads only
     assert loads_before_first_barrier(split_ptx(KV_TOGETHER=1), loop) == 16
+
+
+def test_split_pages_early_loads_the_first_steps_page_ids_before_the_wait():
+    def loads_before_wait(ptx):
+        return ptx[:ptx.index("griddepcontrol.wait")].count("ld.global")
+
+    assert loads_before_wait(split_ptx(PAGES_EARLY=1)) > loads_before_wait(split_ptx()) == 3  # + lengths and pages
 
 
 def test_stamps_and_dead_exit_compile_and_stamps_cost_nothing_off():

@@ -43,6 +43,9 @@ SPLIT_DEAD_EXIT = False
 # a split step's values loaded together with its keys (session 19, A/B): the compiled kernel otherwise issues the
 # values' loads only after the keys have arrived and been staged for the first dot (PTX for sm_90)
 SPLIT_KV_TOGETHER = False
+# the page ids of a program's first step loaded before its PDL wait (session 15: slower with the split at PDL mode 1;
+# staged again in session 19 for the short graph, where the split launches during the qkv product)
+SPLIT_PAGES_EARLY = False
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 # (session 16-17: a split's two steps of keys and values loaded before its first products, one memory round trip per
 # 128-key split, was slower on the H200: 4B decode replay 2.78 -> 2.81 ms at 1k, 3.36 -> 3.54 at 8k; removed,
@@ -77,7 +80,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                   D: tl.constexpr,
                   D_PAD: tl.constexpr, SPLIT_N: tl.constexpr, FINE_N: tl.constexpr, FINE_SPLITS: tl.constexpr,
                   BLOCK: tl.constexpr, PROGRAMS: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
-                  DEAD_EXIT: tl.constexpr, KV_TOGETHER: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
+                  DEAD_EXIT: tl.constexpr, KV_TOGETHER: tl.constexpr, PAGES_EARLY: tl.constexpr, stamp_ptr,
+                  STAMPS: tl.constexpr):
     stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     kvh = tl.program_id(1)
@@ -86,12 +90,20 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
     # loading the first step's old keys into registers here much slower: attention_preload_early_onepass_ab_*)
     lead, n_rows, has_block, seq = row_block(lead_ptr, nrow_ptr, seq_ptr, num_rows)
     busy = True
-    if DEAD_EXIT:  # a program none of whose splits holds a key reads nothing the previous kernel wrote: it ends at
-        # once, without waiting (program (0, 0, 0) always waits, so that this grid never ends before the previous one)
+    start0 = split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS)
+    if DEAD_EXIT or PAGES_EARLY:  # the block's kv lengths are staged too
         rr = tl.arange(0, _BLOCK_ROWS_P2)
         block_len = tl.max(tl.load(len_ptr + tl.maximum(lead, 0) + rr, mask=has_block & (rr < n_rows), other=0), 0)
+    if DEAD_EXIT:  # a program none of whose splits holds a key reads nothing the previous kernel wrote: it ends at
+        # once, without waiting (program (0, 0, 0) always waits, so that this grid never ends before the previous one)
         first = (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0)
-        busy = (split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS) < block_len) | first
+        busy = (start0 < block_len) | first
+    pages0 = tl.zeros([BLOCK], tl.int64)
+    if PAGES_EARLY:  # the page ids of the program's first step (block tables are staged): one round trip before the
+        # wait instead of after it (rows past a pass's own keys are masked when the keys are loaded)
+        pos0 = start0 + tl.arange(0, BLOCK)
+        pages0 = tl.load(bt_ptr + seq * stride_bt + pos0 // page_size, mask=has_block & (pos0 < block_len),
+                         other=0).to(tl.int64)
     if busy:
         pdl_wait(PDL)
         stamp(stamp_ptr, 1, STAMPS)
@@ -111,7 +123,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                         _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                     stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                     start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK,
-                                    KV_TOGETHER)
+                                    KV_TOGETHER, PAGES_EARLY, pages0, (pas == 0) & (j == 0))
     if STAMPS:  # column 3: does the program's first split hold a key of the block's first row
         stamp_value(stamp_ptr, split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS)
                     < tl.load(len_ptr + tl.maximum(lead, 0)), STAMPS)
@@ -124,6 +136,12 @@ def load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, 
     """Keys and values at positions pos (a step) of one sequence for kv head kvh, [BLOCK, D_PAD] each; rows where
     keep is false are zeros and read nothing."""
     page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
+    return keys_at(k_ptr, v_ptr, stride_ks, stride_kh, page_size, kvh, page, pos, keep, d, dm)
+
+
+@triton.jit
+def keys_at(k_ptr, v_ptr, stride_ks, stride_kh, page_size, kvh, page, pos, keep, d, dm):
+    """load_keys with the positions' page ids already loaded."""
     slot = page.to(tl.int64) * page_size + pos % page_size
     kv_mask = keep[:, None] & dm[None, :]
     k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
@@ -182,7 +200,7 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
                 stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
                 QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr,
-                KV_TOGETHER: tl.constexpr = False):
+                KV_TOGETHER: tl.constexpr, PAGES_EARLY: tl.constexpr, pages0, early):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
     workspace."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
@@ -191,8 +209,15 @@ def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr,
     for i in range(0, MAX_STEPS):  # NOTE: a fine split stops early (a runtime bound: not in the interpreter)
         if i < steps:
             pos = start + i * BLOCK + tl.arange(0, BLOCK)
-            k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
-                             pos < max_len, d, dm)
+            if PAGES_EARLY:  # the first step's page ids may have been loaded before the wait (early)
+                keep = pos < max_len
+                use0 = early & (i == 0)
+                page = tl.where(use0, pages0, tl.load(bt_ptr + seq * stride_bt + pos // page_size,
+                                                      mask=keep & (use0 == 0), other=0).to(tl.int64))
+                k, v = keys_at(k_ptr, v_ptr, stride_ks, stride_kh, page_size, kvh, page, pos, keep, d, dm)
+            else:
+                k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
+                                 pos < max_len, d, dm)
             if KV_TOGETHER:  # a select that needs both (and always picks k): the values' loads are issued before the
                 # keys are staged in shared memory for the first dot, not after (one memory round trip, not two)
                 k = tl.where(max_len < 0, v, k)
@@ -308,9 +333,15 @@ def _chunk_max(ml_ptr, base, used, sp, c, CHUNK: tl.constexpr):
 @triton.jit
 def _chunk_fold(acc_ptr, ml_ptr, base, used, sp, d, dm, c, m_max, total, acc, CHUNK: tl.constexpr, D: tl.constexpr):
     """Chunk c's splits added to the running (sum of weights [1], weighted values); a chunk past the used splits
-    leaves both exactly as they were."""
-    mc, lc, parts = _chunk_loads(acc_ptr, ml_ptr, base, used, sp, d, dm, c, CHUNK, D)
-    return _chunk_add(mc, lc, parts, used, sp, c, m_max, total, acc, CHUNK)
+    leaves both exactly as they were. (_chunk_loads + _chunk_add do the same operations for COMBINE_PRELOAD; this
+    form is kept as it was, so that the shipped kernel compiles exactly as measured.)"""
+    idx = base + c * CHUNK + sp
+    live = c * CHUNK + sp < used
+    w = tl.where(live, tl.exp(tl.load(ml_ptr + idx * 2, mask=live, other=float("-inf")) - m_max), 0.0)
+    parts = tl.load(acc_ptr + idx[:, None] * D + d[None, :], mask=live[:, None] & dm[None, :], other=0.0)
+    keep = c * CHUNK < used
+    total = tl.where(keep, total + tl.sum(w * tl.load(ml_ptr + idx * 2 + 1, mask=live, other=0.0), 0), total)
+    return total, tl.where(keep, acc + tl.sum(parts * w[:, None], 0), acc)
 
 
 @triton.jit
@@ -441,7 +472,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits, hq, t,
             GROUP=group, GROUP_PAD=group_pad, ROWS=rows_per_pass, PASSES=passes, D=d,
             D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
-            ITERS=iters, DEAD_EXIT=SPLIT_DEAD_EXIT, KV_TOGETHER=SPLIT_KV_TOGETHER, num_warps=SPLIT_WARPS,
+            ITERS=iters, DEAD_EXIT=SPLIT_DEAD_EXIT, KV_TOGETHER=SPLIT_KV_TOGETHER, PAGES_EARLY=SPLIT_PAGES_EARLY,
+            num_warps=SPLIT_WARPS,
             **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"),
             **stamps.args("split", acc))
     combine(acc, ml, row_kv_len, out, splits, fine)
