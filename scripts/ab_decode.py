@@ -196,7 +196,8 @@ VARIANTS["combine_preload"] = {(triton_attention, "COMBINE_PRELOAD"): True}  # t
 VARIANTS["rope_v_early"] = {(triton_fused, "ROPE_V_EARLY"): True}  # RoPE loads a key head's values with its key
 VARIANTS["pages_early"] = {(triton_attention, "SPLIT_PAGES_EARLY"): True}  # a split's first page ids before its wait
 VARIANTS["chain_loads"] = {**VARIANTS["dead_exit_kv"], **VARIANTS["combine_preload"], **VARIANTS["rope_v_early"]}
-for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW": 32}, "static3": {"COMBINE_STATIC_CHUNKS": 3},
+for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW": 32},
+                    "static3": {"COMBINE_STATIC_CHUNKS": 3},
                     "p32_static3": {"PROGRAMS_ONE_ROW": 32, "COMBINE_STATIC_CHUNKS": 3}}.items():  # the short graph's
     VARIANTS[f"short_{_name}"] = {(graphs, "SHORT_ATTENTION"): _att}
 # (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;

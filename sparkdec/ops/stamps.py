@@ -67,4 +67,4 @@ def off() -> None:
     reset()
 
 
-__all__ = ["alloc", "args", "off", "reset", "stamp", "stamp_value", "triton"]
+__all__ = ["alloc", "args", "off", "reset", "stamp", "stamp_value"]

@@ -436,11 +436,11 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
     """The splits' partials (acc, ml) of every row and head, reduced in a fixed order -> out [T, Hq, D]."""
     t, hq, d = out.shape
     chunks = triton.next_power_of_2(triton.cdiv(splits, CHUNK))  # (a power of two: few compiled variants)
+    static = min(chunks, COMBINE_STATIC_CHUNKS) if COMBINE_UNROLL else 0
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=chunks, D=d, D_PAD=max(16, triton.next_power_of_2(d)),
-                             STATIC=min(chunks, COMBINE_STATIC_CHUNKS) if COMBINE_UNROLL else 0,
-                             WHILE=COMBINE_WHILE, PRELOAD=COMBINE_PRELOAD and 1 <= min(chunks, COMBINE_STATIC_CHUNKS) <= 2
-                             and COMBINE_UNROLL, **pdl_args("combine"), **stamps.args("combine", acc))
+                             STATIC=static, WHILE=COMBINE_WHILE, PRELOAD=COMBINE_PRELOAD and 1 <= static <= 2,
+                             **pdl_args("combine"), **stamps.args("combine", acc))
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
