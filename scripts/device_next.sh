@@ -48,9 +48,9 @@ elif [ "$1" = 9 ]; then
       --no-peer --no-sim --out $OUT/kernels_sampler$run.json 2>&1 | grep "^qwen3" | sed "s/^/sampler=$run /"
   done
 elif [ "$1" = 10 ]; then
-  timeout 150 python scripts/split_stamps_probe.py $OUT/split_stamps.json base chain_loads 2>&1 | grep -v Warn | tail -3
+  timeout 120 python scripts/split_stamps_probe.py $OUT/split_stamps.json base chain_loads 2>&1 | grep -v Warn | tail -3
   timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "load_schedules" 2>&1 | tail -1
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py $OUT/dead_exit_ab.json \
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 250 python scripts/ab_decode.py $OUT/load_schedules_ab.json \
     qwen3-4b base dead_exit kv_together combine_preload rope_v_early pages_early chain_loads base#2 chain_loads#2 2>&1 \
     | grep "ctx "
 elif [ "$1" = 8 ]; then
