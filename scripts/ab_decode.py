@@ -196,10 +196,17 @@ VARIANTS["combine_preload"] = {(triton_attention, "COMBINE_PRELOAD"): True}  # t
 VARIANTS["rope_v_early"] = {(triton_fused, "ROPE_V_EARLY"): True}  # RoPE loads a key head's values with its key
 VARIANTS["pages_early"] = {(triton_attention, "SPLIT_PAGES_EARLY"): True}  # a split's first page ids before its wait
 VARIANTS["chain_loads"] = {**VARIANTS["dead_exit_kv"], **VARIANTS["combine_preload"], **VARIANTS["rope_v_early"]}
+# session 20: which of those for the lone row's short graph (1k, 2k), alone and with 32 split programs per kv head
+VARIANTS["cp_rve"] = {**VARIANTS["combine_preload"], **VARIANTS["rope_v_early"]}
+VARIANTS["cp_rve_kv"] = {**VARIANTS["cp_rve"], **VARIANTS["kv_together"]}
+VARIANTS["cp_rve_dead"] = {**VARIANTS["cp_rve"], **VARIANTS["dead_exit"]}
+VARIANTS["chain_p32"] = {**VARIANTS["chain_loads"], (triton_attention, "PROGRAMS_ONE_ROW"): 32}
+VARIANTS["cp_rve_p32"] = {**VARIANTS["cp_rve"], (triton_attention, "PROGRAMS_ONE_ROW"): 32}
 for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW": 32},
                     "static3": {"COMBINE_STATIC_CHUNKS": 3},
                     "p32_static3": {"PROGRAMS_ONE_ROW": 32, "COMBINE_STATIC_CHUNKS": 3}}.items():  # the short graph's
-    VARIANTS[f"short_{_name}"] = {(graphs, "SHORT_ATTENTION"): _att}
+    VARIANTS[f"short_{_name}"] = {(graphs, "SHORT_BOUNDS"): ((3072, _att),)}
+VARIANTS["short_one"] = {(graphs, "SHORT_BOUNDS"): ((3072, {}),)}  # session 19's one short graph (64 programs)
 # (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;
 # short_graph_more_ab_h200_2026-11-30_session19.json)
 VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}

@@ -79,7 +79,8 @@ def probe(models, name: str) -> dict:
         s = seq.anchor_position
         pieces = [(seq.block_table, [seq.anchor], [s])]
         g._fill(pieces, [seq.block_table], 1)
-        graph = short[1][0]
+        g.short = short
+        graph = g.graph_for(pieces, 1)[0]  # the short graph whose bound holds the row's keys
         for _ in range(3):
             graph.replay()
         for v in bufs.values():

@@ -25,14 +25,14 @@ def test_graph_replay_equals_eager(target):
 
 
 def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypatch):
-    """A lone row replays the short-context graph (engine/graphs.SHORT_PDL) up to SHORT_MAX_KV keys, then the
+    """A lone row replays its short-context graphs (engine/graphs.SHORT_BOUNDS) while they hold its keys, then the
     tier's own graph: the tokens are still the eager ones."""
     from sparkdec.engine import graphs
 
-    monkeypatch.setattr(graphs, "SHORT_MAX_KV", 30)
+    monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((12, {"PROGRAMS_ONE_ROW": 32}), (30, {})))
     llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
     g = llm.engine.runner.graphs
-    assert 1 in g.short and g.short[1][0] is not g.graphs[1][0]
+    assert [b for b, _ in g.short[1]] == [12, 30] and g.short[1][0][1][0] is not g.graphs[1][0]
     graphed = [llm.generate([p], GREEDY)[0].token_ids for p in PROMPTS]  # prompts of 3-35 tokens: both sides
     eager = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=False)
     assert graphed == [eager.generate([p], GREEDY)[0].token_ids for p in PROMPTS]
@@ -684,6 +684,8 @@ def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
                         tie_word_embeddings=False, max_position_embeddings=4096)
     params = SamplingParams(max_tokens=160, ignore_eos=True)
     prompts = PROMPTS + [list(range(100, 400)) * 7]
+    monkeypatch.setattr(ta, "COMBINE_PRELOAD", False)  # the reference: every switch off
+    monkeypatch.setattr(triton_fused, "ROPE_V_EARLY", False)
     want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(prompts, params)]
     monkeypatch.setattr(ta, "SPLIT_DEAD_EXIT", True)
     monkeypatch.setattr(ta, "SPLIT_KV_TOGETHER", True)

@@ -77,29 +77,31 @@ def test_propose_staging_of_the_coupled_race():
 
 
 def test_a_lone_short_row_replays_the_short_context_graph():
-    """graph_for: the short graph (engine/graphs.SHORT_PDL) for one row with at most SHORT_MAX_KV keys, else the
+    """graph_for: the first short graph (engine/graphs.SHORT_BOUNDS) whose bound holds a lone row's keys, else the
     tier's own (also when no short graph was captured)."""
     from types import SimpleNamespace
 
     from sparkdec.engine import graphs
 
-    g = SimpleNamespace(short={1: "short"}, graphs={1: "one", 8: "eight"})
+    g = SimpleNamespace(short={1: [(2048, "s2k"), (3072, "s3k")]}, graphs={1: "one", 8: "eight"})
     row = lambda pos, k=1: [([0], [5] * k, list(range(pos, pos + k)))]  # noqa: E731
     pick = graphs.TargetGraphs.graph_for
-    assert pick(g, row(0), 1) == "short"
-    assert pick(g, row(graphs.SHORT_MAX_KV - 1), 1) == "short"  # keys 0 .. SHORT_MAX_KV - 1
-    assert pick(g, row(graphs.SHORT_MAX_KV), 1) == "one"
+    assert pick(g, row(0), 1) == "s2k"
+    assert pick(g, row(2047), 1) == "s2k"  # keys 0 .. 2047
+    assert pick(g, row(2048), 1) == "s3k"
+    assert pick(g, row(3071), 1) == "s3k"
+    assert pick(g, row(3072), 1) == "one"
     assert pick(g, row(0, 8), 8) == "eight"
     g.short = {}
     assert pick(g, row(0), 1) == "one"
-    g.short = {1: "short", 8: "short8"}  # SHORT_TIERS (1, 8): the longest row decides
+    g.short = {1: [(3072, "short")], 8: [(3072, "short8")]}  # SHORT_TIERS (1, 8): the longest row decides
     assert pick(g, row(0, 8), 8) == "short8"
-    assert pick(g, row(0, 8) + row(graphs.SHORT_MAX_KV, 1), 8) == "eight"
+    assert pick(g, row(0, 8) + row(3072, 1), 8) == "eight"
 
 
 def test_short_graphs_are_captured_with_their_settings_and_restore_them(monkeypatch):
-    """capture_short: the warm-up and the capture run under SHORT_PDL's PDL modes (and SHORT_ATTENTION), which are
-    restored afterwards, also when the capture fails; off (SHORT_PDL {}), nothing is captured."""
+    """capture_short: each bound's warm-up and capture run under SHORT_PDL's PDL modes and the bound's settings, which
+    are restored afterwards, also when the capture fails; off (SHORT_PDL {} or no bounds), nothing is captured."""
     import pytest
 
     from sparkdec.engine import graphs
@@ -109,14 +111,18 @@ def test_short_graphs_are_captured_with_their_settings_and_restore_them(monkeypa
     monkeypatch.setattr(graphs, "warm_up", lambda tiers, fwd: seen.append(("warm", dict(triton_gemm.PDL_KINDS))))
     monkeypatch.setattr(graphs, "capture_one", lambda fwd, t, pool: (seen.append(
         ("capture", t, triton_attention.PROGRAMS_ONE_ROW)) or ("graph", t)))
-    monkeypatch.setattr(graphs, "SHORT_ATTENTION", {"PROGRAMS_ONE_ROW": 7})
+    monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((100, {"PROGRAMS_ONE_ROW": 7}), (300, {})))
     kinds, programs = dict(triton_gemm.PDL_KINDS), triton_attention.PROGRAMS_ONE_ROW
-    assert graphs.capture_short((1,), None, None) == {1: ("graph", 1)}
+    assert graphs.capture_short((1,), None, None) == {1: [(100, ("graph", 1)), (300, ("graph", 1))]}
     assert seen[0] == ("warm", {**kinds, **graphs.SHORT_PDL}) and seen[1] == ("capture", 1, 7)
+    assert seen[3] == ("capture", 1, programs)
     assert triton_gemm.PDL_KINDS == kinds and triton_attention.PROGRAMS_ONE_ROW == programs
     monkeypatch.setattr(graphs, "capture_one", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         graphs.capture_short((1,), None, None)
     assert triton_gemm.PDL_KINDS == kinds and triton_attention.PROGRAMS_ONE_ROW == programs
+    monkeypatch.setattr(graphs, "SHORT_BOUNDS", ())
+    assert graphs.capture_short((1,), None, None) == {}
     monkeypatch.setattr(graphs, "SHORT_PDL", {})
+    monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((100, {}),))
     assert graphs.capture_short((1,), None, None) == {}

@@ -70,6 +70,7 @@ assert torch.allclose(triton_paged_attention(*largs, row_kv_len_host=long.row_kv
                                              blocks=(long.block_lead, long.block_rows), blocks_host=long.blocks_host),
                       lout, atol=1e-6, rtol=1e-6)  # smaller query tiles for the smaller ranges
 ta.FINE_END = 0  # 128-key splits throughout (the rows at 2100 have split both ways above)
+ta.COMBINE_PRELOAD = False  # (the reference schedule; on below)
 coarse = triton_paged_attention(q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, 2200, d ** -0.5)
 assert torch.allclose(coarse, ref, atol=1e-5, rtol=1e-5)
 ta.COMBINE_UNROLL = not ta.COMBINE_UNROLL  # the combine's chunk loops unrolled or not: the same operations

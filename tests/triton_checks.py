@@ -55,10 +55,11 @@ def check_gemm():
 def check_qkv_rope_store():
     from sparkdec.ops import triton_fused
 
+    shipped = triton_fused.ROPE_V_EARLY
     for early in (False, True):  # ROPE_V_EARLY: the values loaded with the keys, the same copy
         triton_fused.ROPE_V_EARLY = early
         _check_qkv_rope_store()
-    triton_fused.ROPE_V_EARLY = False
+    triton_fused.ROPE_V_EARLY = shipped
 
 
 def _check_qkv_rope_store():

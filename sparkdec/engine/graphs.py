@@ -16,15 +16,16 @@ from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
-# rows whose keys number at most SHORT_MAX_KV each replay, in the tiers of SHORT_TIERS, graphs of their own captured
-# with these PDL modes (triton_gemm.PDL_KINDS): the q/k norm + RoPE, the attention split and the combine let the next
-# kernel launch at their start. H200, Qwen3-4B shape, 1 row (early_ctx_ab_h200_2026-11-30_session19.json): replay
-# 2.712 -> 2.682 ms at ctx 1k, 2.866 -> 2.797 at 2k, but 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k; 8 rows slower at
-# every context. PDL modes never change bits. {} or SHORT_MAX_KV 0: one graph per tier.
+# a lone row's graphs for short contexts: (keys at most, ops/triton_attention settings) each, bounds increasing; a row
+# replays the first that holds its keys. They are captured with these PDL modes (triton_gemm.PDL_KINDS): the q/k norm
+# + RoPE, the attention split and the combine let the next kernel launch at their start. H200, Qwen3-4B shape, 1 row
+# (early_ctx_ab_h200_2026-11-30_session19.json): replay 2.712 -> 2.682 ms at ctx 1k, 2.866 -> 2.797 at 2k, but
+# 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k; 8 rows slower at every context. Up to 2048 keys (32 splits) 32 split
+# programs per kv head rather than 64: 1k 2.654 -> 2.616 ms, but 2k 2.748 -> 2.843, where a program walks two
+# splits (short_loads_ab_h200_2026-12-01_session20.json). Neither PDL modes nor these settings change bits.
+# SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
-SHORT_MAX_KV = 3072
-# ops/triton_attention settings (neither changes bits) for the short graphs: {name: value}
-SHORT_ATTENTION: dict = {}
+SHORT_BOUNDS: tuple = ((2048, {"PROGRAMS_ONE_ROW": 32}), (3072, {}))
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
@@ -77,15 +78,20 @@ def capture_one(forward, t: int, pool) -> tuple:
 
 
 def capture_short(tiers, forward, pool) -> dict:
-    """The short graphs of these tiers, with SHORT_PDL's modes -> {tier: (graph, static outputs)} ({} where off)."""
+    """The short graphs of these tiers, with SHORT_PDL's modes and each bound's settings -> {tier: [(keys at most,
+    (graph, static outputs))] in SHORT_BOUNDS' order} ({} where off)."""
     from sparkdec.ops import triton_attention, triton_gemm
 
-    if not SHORT_PDL or not SHORT_MAX_KV or not tiers:
+    if not SHORT_PDL or not SHORT_BOUNDS or not tiers:
         return {}
-    with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
-                  **{(triton_attention, name): value for name, value in SHORT_ATTENTION.items()}}):
-        warm_up(tiers, forward)  # the kernels of these modes compile and load outside the capture
-        return {t: capture_one(forward, t, pool) for t in sorted(tiers, reverse=True)}
+    short: dict = {t: [] for t in tiers}
+    for bound, settings in SHORT_BOUNDS:
+        with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
+                      **{(triton_attention, name): value for name, value in settings.items()}}):
+            warm_up(tiers, forward)  # the kernels of these settings compile and load outside the capture
+            for t in sorted(tiers, reverse=True):
+                short[t].append((bound, capture_one(forward, t, pool)))
+    return short
 
 
 @contextlib.contextmanager
@@ -129,7 +135,7 @@ class TargetGraphs:
         self.pad_rows = np.array([[0], [0], [self.trash_slot], [max_seqs], [1]])
         self.no_block = np.array([[-1], [0]])
         self.graphs: dict[int, tuple] = {}
-        self.short: dict[int, tuple] = {}  # tier -> its short-context graph (SHORT_PDL)
+        self.short: dict[int, list] = {}  # tier -> its short-context graphs [(keys at most, graph)] (SHORT_BOUNDS)
 
     def _forward(self, t: int):
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
@@ -150,10 +156,13 @@ class TargetGraphs:
             self.short = capture_short(short, self._forward, self.graphs[short[0]][0].pool())
 
     def graph_for(self, pieces, tier: int) -> tuple:
-        """(graph, static outputs) to replay for these rows: rows whose keys number at most SHORT_MAX_KV each take
-        their tier's short graph where it has one."""
-        if tier in self.short and pieces and max(p[2][-1] for p in pieces) < SHORT_MAX_KV:
-            return self.short[tier]
+        """(graph, static outputs) to replay for these rows: the first of their tier's short graphs whose bound holds
+        the keys of every row, else the tier's own."""
+        if tier in self.short and pieces:
+            keys = max(p[2][-1] for p in pieces) + 1  # (a row's last position + 1)
+            for bound, graph in self.short[tier]:
+                if keys <= bound:
+                    return graph
         return self.graphs[tier]
 
     def tier_for(self, num_tokens: int, num_seqs: int) -> int | None:

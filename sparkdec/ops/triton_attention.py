@@ -37,14 +37,14 @@ PROGRAMS_ONE_ROW = 64
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
 QUERY_TILE = 64
-# programs of the split kernel with no key to reduce end at once instead of waiting for the previous kernel (session
-# 19, A/B)
+# three split schedules with the same operations, all off: 4B decode replay, 1 row at 1k / 8k, base 2.657 / 3.313 ms
+# (load_schedules_ab_h200_2026-12-01_session20.json; the 1k row replays the short graph, engine/graphs.SHORT_BOUNDS)
+# - programs with no key to reduce end at once instead of waiting for the previous kernel: 2.662 / 3.498
 SPLIT_DEAD_EXIT = False
-# a split step's values loaded together with its keys (session 19, A/B): the compiled kernel otherwise issues the
-# values' loads only after the keys have arrived and been staged for the first dot (PTX for sm_90)
+# - a step's values loaded together with its keys (the compiled kernel otherwise issues the values' loads only after
+#   the keys have arrived and been staged for the first dot, PTX for sm_90): 2.668 / 3.317
 SPLIT_KV_TOGETHER = False
-# the page ids of a program's first step loaded before its PDL wait (session 15: slower with the split at PDL mode 1;
-# staged again in session 19 for the short graph, where the split launches during the qkv product)
+# - the page ids of a program's first step loaded before its PDL wait: 2.769 / 3.498 (session 15: slower too)
 SPLIT_PAGES_EARLY = False
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
 # (session 16-17: a split's two steps of keys and values loaded before its first products, one memory round trip per
@@ -69,8 +69,9 @@ COMBINE_STATIC_CHUNKS = 2
 # (same operations: same bits). 4B decode with the 40k window, replay at 1k 2.78 -> 2.71-2.72 ms (2.70 with a window
 # of ctx + 1024), at 8k 3.36 -> 3.34 (combine_while_ab_h200_2026-11-30_session17.json)
 COMBINE_WHILE = True
-# the unrolled chunks' loads issued together before the first reduction (session 19, A/B; same operations)
-COMBINE_PRELOAD = False
+# the unrolled chunks' loads issued together before the first reduction (same operations): 4B decode replay at 8k
+# 3.313 -> 3.232 ms, 8 rows 3.611 -> 3.581; at 1k within 0.01 (load_schedules_ab_h200_2026-12-01_session20.json)
+COMBINE_PRELOAD = True
 
 
 @triton.jit

@@ -102,8 +102,10 @@ def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Te
     return out, h.out
 
 
-# the q/k norm + RoPE kernel loading a key head's values with its key (session 19, A/B; the same copy)
-ROPE_V_EARLY = False
+# the q/k norm + RoPE kernel loading a key head's values with its key (the same copy): 4B decode replay with
+# COMBINE_PRELOAD, 1 row 2.670 -> 2.654 ms at 1k, 2.789 -> 2.748 at 2k (short_loads_ab_h200_2026-12-01_session20.json);
+# alone, 8 rows at 8k 3.611 -> 3.575 (load_schedules_ab_h200_2026-12-01_session20.json)
+ROPE_V_EARLY = True
 
 
 @triton.jit
