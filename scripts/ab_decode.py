@@ -206,6 +206,10 @@ for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW":
                     "static3": {"COMBINE_STATIC_CHUNKS": 3},
                     "p32_static3": {"PROGRAMS_ONE_ROW": 32, "COMBINE_STATIC_CHUNKS": 3}}.items():  # the short graph's
     VARIANTS[f"short_{_name}"] = {(graphs, "SHORT_BOUNDS"): ((3072, _att),)}
+# session 20: one of the two norms at PDL mode 3 in the short graphs (both: slower in session 19)
+VARIANTS["short_nmlp3"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm_mlp": 3}}
+VARIANTS["short_nmlp1"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm_mlp": 1}}  # gate_up launched later
+VARIANTS["short_nqkv3"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm": 3}}
 VARIANTS["short_one"] = {(graphs, "SHORT_BOUNDS"): ((3072, {}),)}  # session 19's one short graph (64 programs)
 # (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;
 # short_graph_more_ab_h200_2026-11-30_session19.json)

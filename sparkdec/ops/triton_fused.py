@@ -89,16 +89,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     return (out, res_out) if residual is not None else out
 
 
-def norm_of(h, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def norm_of(h, weight: torch.Tensor, eps: float, kind: str = "norm") -> tuple[torch.Tensor, torch.Tensor]:
     """h [M, N] (a tensor, or a split-K product's unsummed slices: ops/partials.py) -> (RMSNorm(h), h as a
-    tensor). Slices are summed, rounded and added to their residual here, h written to h.out, in one launch."""
+    tensor). Slices are summed, rounded and added to their residual here, h written to h.out, in one launch.
+    kind: its PDL kind (triton_gemm.PDL_KINDS; "norm_mlp" for the norm before the MLP)."""
     if not isinstance(h, Partials):
         return (rms_norm(h, weight, eps) if h.shape[0] else torch.empty_like(h)), h
     m, n = h.out.shape
     out = torch.empty_like(h.out)
     _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),
                                   h.out.stride(0), h.tiles, SPLIT_K=h.split_k, BN=h.bn, MP=h.mp,
-                                  BLOCK=triton.next_power_of_2(n), RES_EARLY=RES_EARLY, **pdl_args("norm"))
+                                  BLOCK=triton.next_power_of_2(n), RES_EARLY=RES_EARLY, **pdl_args(kind))
     return out, h.out
 
 

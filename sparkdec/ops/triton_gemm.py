@@ -36,14 +36,14 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
 # PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon
-# products), "norm" (RMSNorm), "rope" (q/k norm + RoPE + KV store), "split" and "combine" (attention). Chosen on the
+# products), "norm" (RMSNorm; "norm_mlp" the one before the MLP), "rope" (q/k norm + RoPE + KV store), "split" and "combine" (attention). Chosen on the
 # H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the
 # attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 # Mode 3 (session 18): RoPE, split and combine at 3 gave one decode row at 1k -1.2%, but 8 rows +3% and 8k +4-14%;
 # the norms or products at 3 were slower (pdl_early_ab_h200_2026-11-30_session18.json). Not used.
-PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
+PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "norm_mlp": 2, "rope": 2, "combine": 2}
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
 FUSED_MLP = False
@@ -254,7 +254,7 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
     unsummed slices (ops/partials.py), and so may the result (partial: see SUM_IN_NORM)."""
     from sparkdec.ops.triton_fused import norm_of
 
-    x, h = norm_of(h, norm[0], norm[1])
+    x, h = norm_of(h, norm[0], norm[1], kind="norm_mlp")
     if FUSED_MLP and GLUON and 0 < h.shape[0]:
         from sparkdec.ops import gluon_mlp
 
