@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Device runs for the next session (each < 600 s). Session 19 ran step 1 at 8a4bfbc (32 passed; 4B 2.70 ms/token at
-# 1k, 73% of the run's floor), step 8, and A/Bs directly (`AB_ROWS=1,2,4,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048 python
-# scripts/ab_decode.py OUT qwen3-4b short_off base short_t1248`, the l2_* and short_* variants, scripts/l2_hit_probe.py).
+# Device runs for the next session (each < 600 s). Session 20 ran step 10, step 1 at 779ef01 (4B 2.64 ms/token at
+# 1k, 73% of the run's floor; the suite's last test passed in a later call), step 8, and A/Bs directly (`AB_ROWS=1
+# AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048 python scripts/ab_decode.py OUT qwen3-4b base cp_rve cp_rve_p32 ...`, the
+# short_one and short_n* variants; results *_session20.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
@@ -10,7 +11,7 @@
 # 5. the combine's unrolled chunks with a 40k window (session 16's A/B)
 # 7. where the Gluon split loses at 8k and at 8 rows: the kernel timelines of the Triton and Gluon splits at ctx 8k
 # 8. the Qwen3-8B kernel bench at 1k and 8k with the model's own window (session 15's 89% / 85% used ctx + 1024)
-# 10. (session 19, staged) the attention chain's anatomy from %globaltimer stamps in the short graph (ops/stamps.py),
+# 10. (session 19's, run in session 20) the attention chain's anatomy from %globaltimer stamps in the short graph (ops/stamps.py),
 #    with and without the split's keyless programs ending at once (SPLIT_DEAD_EXIT), then the A/B of that switch and
 #    of SPLIT_KV_TOGETHER (a split step's values loaded with its keys: one memory round trip less per step) and
 #    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less) and ROPE_V_EARLY (the q/k
@@ -20,10 +21,10 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
 if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (step 3), then the bench
-  timeout 330 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "not gluon_split" \
+  timeout 420 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "not gluon_split" \
     > $OUT/gpu_tests.txt 2>&1
   grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests.txt | head -12
-  timeout 130 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
+  timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
     | grep "^qwen3"
 elif [ "$1" = 3 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_split 2>&1 | tail -3

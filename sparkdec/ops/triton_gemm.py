@@ -42,7 +42,9 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 # Mode 3 (session 18): RoPE, split and combine at 3 gave one decode row at 1k -1.2%, but 8 rows +3% and 8k +4-14%;
-# the norms or products at 3 were slower (pdl_early_ab_h200_2026-11-30_session18.json). Not used.
+# the norms or products at 3 were slower (pdl_early_ab_h200_2026-11-30_session18.json). Not used. In the short graphs
+# (engine/graphs.SHORT_PDL) the norm before the MLP at 3 or 1, or the one before qkv at 3, were slower too (1k replay
+# 2.619 -> 2.710, 2.683, 2.651 ms; short_norm_pdl_ab_h200_2026-12-01_session20.json).
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "norm_mlp": 2, "rope": 2, "combine": 2}
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
