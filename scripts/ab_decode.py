@@ -226,7 +226,8 @@ VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # the r
 VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # (session 17: the split's hoisted loads, "split_hoist", were slower and are removed)
 # (session 19: products asking L2 for a later product's weight tiles, "l2_*", were slower and are removed; the code is
-# in commit 7af1146, l2_handoff_ab_h200_2026-11-30_session19.json)
+# in commit 7af1146, l2_handoff_ab_h200_2026-11-30_session19.json. Session 20: the o product asking for gate_up's
+# before its PDL wait, during the attention chain, slower too: commit 790a889, l2_pre_wait_ab_*_session20.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts
