@@ -38,6 +38,26 @@ def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypa
     assert graphed == [eager.generate([p], GREEDY)[0].token_ids for p in PROMPTS]
 
 
+def test_decode_replays_rewrite_what_decoding_wrote(target):
+    """bench.kernels.decode_replays_ms replays the decode graph at positions already decoded, each with its own token:
+    the keys and values there stay bit for bit what decoding wrote."""
+    from sparkdec.bench.kernels import decode_replays_ms
+
+    llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
+    eng = llm.engine
+    seq = eng.add_request(PROMPTS[1], SamplingParams(max_tokens=60, ignore_eos=True))
+    while not seq.output_ids:
+        eng.step()
+    first = seq.anchor_position
+    while len(seq.output_ids) < 40:
+        eng.step()
+    torch.cuda.synchronize()
+    before = [t.clone() for layer in eng.runner.kv.layers for t in layer]
+    assert decode_replays_ms(eng, seq, first, stride=3) > 0
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(before, [t for layer in eng.runner.kv.layers for t in layer]))
+
+
 def test_bf16_speculative_greedy_is_bit_identical(target, tmp_path):
     plain = LLM(model=str(target), device="cuda", dtype="bfloat16")
     ref = [plain.generate([p], GREEDY)[0] for p in PROMPTS]
