@@ -30,6 +30,7 @@ VARIANTS = {
     "fine0": {(triton_attention, "FINE_END"): 0},
     "fine2k": {(triton_attention, "FINE_END"): 2048},
     "fine4k": {(triton_attention, "FINE_END"): 4096},
+    "fine3k": {(triton_attention, "FINE_END"): 3072},  # (session 20: for 2k-3k, where a 128-key split fills up)
     "fine2k_p128": {(triton_attention, "FINE_END"): 2048, (triton_attention, "PROGRAMS_ONE_ROW"): 128,
                     (triton_attention, "PROGRAMS"): 64},
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},

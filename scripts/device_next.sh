@@ -16,6 +16,9 @@
 #    of SPLIT_KV_TOGETHER (a split step's values loaded with its keys: one memory round trip less per step) and
 #    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less) and ROPE_V_EARLY (the q/k
 #    norm + RoPE kernel loading a key head's values with its key: one round trip less)
+# 11. (session 20, staged) the GPU test of the bench's replays at decoded positions, the 4B bench at 2k (decode graph
+#    replay now averaged over the decoded positions: was 2.92-2.95 ms at the end position against 2.78-2.81 ms/token),
+#    then 64-key splits up to 3k or 4k keys (FINE_END; bits change, the same for decode and verify rows) at 2k-8k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -54,6 +57,13 @@ elif [ "$1" = 10 ]; then
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 250 python scripts/ab_decode.py $OUT/load_schedules_ab.json \
     qwen3-4b base dead_exit kv_together combine_preload rope_v_early pages_early chain_loads base#2 chain_loads#2 2>&1 \
     | grep "ctx "
+elif [ "$1" = 11 ]; then
+  timeout 100 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "decode_replays or bit_identical" \
+    2>&1 | tail -1
+  timeout 80 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 2048 --no-peer --no-sim \
+    --out $OUT/kernels_2k.json 2>&1 | grep "^qwen3"
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=2048,2600,4096,8192 timeout 330 python scripts/ab_decode.py \
+    $OUT/fine_end_ab.json qwen3-4b base fine3k fine4k base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
