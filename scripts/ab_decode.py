@@ -199,6 +199,8 @@ VARIANTS["pages_early"] = {(triton_attention, "SPLIT_PAGES_EARLY"): True}  # a s
 VARIANTS["chain_loads"] = {**VARIANTS["dead_exit_kv"], **VARIANTS["combine_preload"], **VARIANTS["rope_v_early"]}
 # session 20: which of those for the lone row's short graph (1k, 2k), alone and with 32 split programs per kv head
 VARIANTS["cp_rve"] = {**VARIANTS["combine_preload"], **VARIANTS["rope_v_early"]}
+VARIANTS["cp_rve_off"] = {(triton_attention, "COMBINE_PRELOAD"): False, (triton_fused, "ROPE_V_EARLY"): False}  # (on
+# since session 20: the four above equal base now)
 VARIANTS["cp_rve_kv"] = {**VARIANTS["cp_rve"], **VARIANTS["kv_together"]}
 VARIANTS["cp_rve_dead"] = {**VARIANTS["cp_rve"], **VARIANTS["dead_exit"]}
 VARIANTS["chain_p32"] = {**VARIANTS["chain_loads"], (triton_attention, "PROGRAMS_ONE_ROW"): 32}

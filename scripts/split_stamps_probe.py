@@ -97,7 +97,7 @@ def probe(models, name: str) -> dict:
 def main(out: str, names: list[str]) -> None:
     models = random_models("qwen3-4b")
     res = {"device": torch.cuda.get_device_name(), "shape": "qwen3-4b", "ctx": 1024, "rows": 1,
-           "graph": "the lone row's short-context graph (engine/graphs.SHORT_PDL)",
+           "graph": "the lone row's short-context graph that holds its keys (engine/graphs.SHORT_BOUNDS, SHORT_PDL)",
            "units": "us after the RoPE kernel's last program ended (medians over layers 2-33)",
            "command": "python scripts/split_stamps_probe.py OUT " + " ".join(names), "variants": {}}
     for name in names:

@@ -126,3 +126,19 @@ def test_short_graphs_are_captured_with_their_settings_and_restore_them(monkeypa
     monkeypatch.setattr(graphs, "SHORT_PDL", {})
     monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((100, {}),))
     assert graphs.capture_short((1,), None, None) == {}
+
+
+def test_the_mlp_norm_takes_the_norms_pdl_mode_unless_it_has_its_own(monkeypatch):
+    """triton_gemm.pdl_mode: "norm_mlp" (the RMSNorm before the MLP) falls back to "norm", then to PDL_MODE; PDL off
+    is 0 for every kind."""
+    from sparkdec.ops import triton_gemm
+
+    monkeypatch.setattr(triton_gemm, "PDL_MODE", 1)
+    monkeypatch.setattr(triton_gemm, "PDL_KINDS", {"norm": 2})
+    assert triton_gemm.pdl_mode("norm_mlp") == 2 and triton_gemm.pdl_mode("rope") == 1
+    monkeypatch.setattr(triton_gemm, "PDL_KINDS", {"norm": 2, "norm_mlp": 3})
+    assert triton_gemm.pdl_mode("norm_mlp") == 3 and triton_gemm.pdl_mode("norm") == 2
+    monkeypatch.setattr(triton_gemm, "PDL_KINDS", {})
+    assert triton_gemm.pdl_mode("norm_mlp") == 1
+    monkeypatch.setattr(triton_gemm, "PDL_MODE", 0)
+    assert triton_gemm.pdl_mode("norm_mlp") == 0

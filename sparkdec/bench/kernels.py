@@ -102,6 +102,7 @@ def graph_replay_ms(engine: Engine, seq, rows: int = 1, position: int | None = N
     """Device time of one forward of `rows` rows at the sequence's end (1: decode), its verify graph replayed
     back to back, no host work. position (one row): a position the sequence has already decoded, with its own token
     (the replay rewrites that position's keys and values with what decoding wrote there)."""
+    assert position is None or rows == 1, "graph_replay_ms: a decoded position takes one row"
     g = engine.runner.graphs
     if g is None:
         return None

@@ -16,8 +16,8 @@ from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
-# a lone row's graphs for short contexts: (keys at most, ops/triton_attention settings) each, bounds increasing; a row
-# replays the first that holds its keys. They are captured with these PDL modes (triton_gemm.PDL_KINDS): the q/k norm
+# graphs for short contexts, for the tiers of SHORT_TIERS: (keys at most, ops/triton_attention settings) each, bounds
+# increasing; rows replay the first that holds the keys of each. They are captured with these PDL modes (triton_gemm.PDL_KINDS): the q/k norm
 # + RoPE, the attention split and the combine let the next kernel launch at their start. H200, Qwen3-4B shape, 1 row
 # (early_ctx_ab_h200_2026-11-30_session19.json): replay 2.712 -> 2.682 ms at ctx 1k, 2.866 -> 2.797 at 2k, but
 # 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k; 8 rows slower at every context. Up to 1280 keys (20 splits) 32 split
@@ -85,6 +85,8 @@ def capture_short(tiers, forward, pool) -> dict:
 
     if not SHORT_PDL or not SHORT_BOUNDS or not tiers:
         return {}
+    bounds = [b for b, _ in SHORT_BOUNDS]
+    assert bounds == sorted(set(bounds)), f"SHORT_BOUNDS: bounds must increase, got {bounds}"
     short: dict = {t: [] for t in tiers}
     for bound, settings in SHORT_BOUNDS:
         with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},

@@ -78,14 +78,15 @@ def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stri
     _norm_store(h, w, out_ptr + row * stride_o, offs, mask, n, eps)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
-    """x [M, N] -> norm(x) ; with residual: (norm(x + residual), x + residual)."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+             kind: str = "norm"):
+    """x [M, N] -> norm(x) ; with residual: (norm(x + residual), x + residual). kind: its PDL kind."""
     m, n = x.shape
     out = torch.empty_like(x)
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
                            out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
-                           **pdl_args("norm"))
+                           **pdl_args(kind))
     return (out, res_out) if residual is not None else out
 
 
@@ -94,7 +95,7 @@ def norm_of(h, weight: torch.Tensor, eps: float, kind: str = "norm") -> tuple[to
     tensor). Slices are summed, rounded and added to their residual here, h written to h.out, in one launch.
     kind: its PDL kind (triton_gemm.PDL_KINDS; "norm_mlp" for the norm before the MLP)."""
     if not isinstance(h, Partials):
-        return (rms_norm(h, weight, eps) if h.shape[0] else torch.empty_like(h)), h
+        return (rms_norm(h, weight, eps, kind=kind) if h.shape[0] else torch.empty_like(h)), h
     m, n = h.out.shape
     out = torch.empty_like(h.out)
     _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),

@@ -36,7 +36,7 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
 # PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon
-# products), "norm" (RMSNorm; "norm_mlp" the one before the MLP), "rope" (q/k norm + RoPE + KV store), "split" and "combine" (attention). Chosen on the
+# products), "norm" (RMSNorm; "norm_mlp", the one before the MLP, as "norm" unless listed), "rope" (q/k norm + RoPE + KV store), "split" and "combine" (attention). Chosen on the
 # H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the
 # attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
@@ -45,7 +45,8 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # the norms or products at 3 were slower (pdl_early_ab_h200_2026-11-30_session18.json). Not used. In the short graphs
 # (engine/graphs.SHORT_PDL) the norm before the MLP at 3 or 1, or the one before qkv at 3, were slower too (1k replay
 # 2.619 -> 2.710, 2.683, 2.651 ms; short_norm_pdl_ab_h200_2026-12-01_session20.json).
-PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "norm_mlp": 2, "rope": 2, "combine": 2}
+PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
+_FALLBACK = {"norm_mlp": "norm"}  # a kind not listed takes this kind's mode, where that one is
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
 FUSED_MLP = False
@@ -59,7 +60,9 @@ SUM_IN_NORM = flag("SPARKDEC_SUM_IN_NORM", True)
 
 def pdl_mode(kind: str | None = None) -> int:
     """The PDL mode of a kernel of this kind (None: not a kind with its own mode)."""
-    return PDL_KINDS.get(kind, PDL_MODE) if PDL_MODE else 0
+    if not PDL_MODE:
+        return 0
+    return PDL_KINDS.get(kind, PDL_KINDS.get(_FALLBACK.get(kind), PDL_MODE))
 
 
 def pdl_args(kind: str | None = None) -> dict:
