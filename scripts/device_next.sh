@@ -19,6 +19,8 @@
 # 11. (session 20, staged) the GPU test of the bench's replays at decoded positions, the 4B bench at 2k (decode graph
 #    replay now averaged over the decoded positions: was 2.92-2.95 ms at the end position against 2.78-2.81 ms/token),
 #    then 64-key splits up to 3k or 4k keys (FINE_END; bits change, the same for decode and verify rows) at 2k-8k
+# 12. (session 20, staged) the o product asking L2 for gate_up's tiles before its wait, with the lines marked
+#    evict_last (gluon_gemv.L2_EVICT_LAST) and without (session 20: without, 1k replay 2.610 -> 2.656-2.755 ms)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -64,6 +66,9 @@ elif [ "$1" = 11 ]; then
     --out $OUT/kernels_2k.json 2>&1 | grep "^qwen3"
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=2048,2600,4096,8192 timeout 330 python scripts/ab_decode.py \
     $OUT/fine_end_ab.json qwen3-4b base fine3k fine4k base#2 2>&1 | grep "ctx "
+elif [ "$1" = 12 ]; then
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/l2_last_ab.json \
+    qwen3-4b base l2_og_pre0_4_last l2_og_pre4_4_last l2_og_pre0_2_last l2_og_pre0_4 base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
