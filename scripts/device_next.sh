@@ -11,8 +11,8 @@
 # 5. the combine's unrolled chunks with a 40k window (session 16's A/B)
 # 7. where the Gluon split loses at 8k and at 8 rows: the kernel timelines of the Triton and Gluon splits at ctx 8k
 # 8. the Qwen3-8B kernel bench at 1k and 8k with the model's own window (session 15's 89% / 85% used ctx + 1024)
-# 10. (session 19's, run in session 20) the attention chain's anatomy from %globaltimer stamps in the short graph (ops/stamps.py),
-#    with and without the split's keyless programs ending at once (SPLIT_DEAD_EXIT), then the A/B of that switch and
+# 10. (session 19's, run in session 20) the attention chain's anatomy from %globaltimer stamps in the short graph
+#    (ops/stamps.py), with and without the split's keyless programs ending at once (SPLIT_DEAD_EXIT), then the A/B of that switch and
 #    of SPLIT_KV_TOGETHER (a split step's values loaded with its keys: one memory round trip less per step) and
 #    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less) and ROPE_V_EARLY (the q/k
 #    norm + RoPE kernel loading a key head's values with its key: one round trip less)

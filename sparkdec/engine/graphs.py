@@ -17,8 +17,9 @@ from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
 # graphs for short contexts, for the tiers of SHORT_TIERS: (keys at most, ops/triton_attention settings) each, bounds
-# increasing; rows replay the first that holds the keys of each. They are captured with these PDL modes (triton_gemm.PDL_KINDS): the q/k norm
-# + RoPE, the attention split and the combine let the next kernel launch at their start. H200, Qwen3-4B shape, 1 row
+# increasing; rows replay the first that holds the keys of each. They are captured with these PDL modes
+# (triton_gemm.PDL_KINDS): the q/k norm + RoPE, the attention split and the combine let the next kernel launch at
+# their start. H200, Qwen3-4B shape, 1 row
 # (early_ctx_ab_h200_2026-11-30_session19.json): replay 2.712 -> 2.682 ms at ctx 1k, 2.866 -> 2.797 at 2k, but
 # 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k; 8 rows slower at every context. Up to 1280 keys (20 splits) 32 split
 # programs per kv head rather than 64: replay at 1k (17-20 splits) 2.654 -> 2.616 ms (session 19: 2.657 -> 2.621),

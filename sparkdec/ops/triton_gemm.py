@@ -36,8 +36,8 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
 # PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon
-# products), "norm" (RMSNorm; "norm_mlp", the one before the MLP, as "norm" unless listed), "rope" (q/k norm + RoPE + KV store), "split" and "combine" (attention). Chosen on the
-# H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the
+# products), "norm" (RMSNorm; "norm_mlp", the one before the MLP, as "norm" unless listed), "rope" (q/k norm +
+# RoPE + KV store), "split" and "combine" (attention). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the
 # attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
