@@ -37,8 +37,8 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 GLUON = flag("SPARKDEC_GLUON", True)
 # PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon
 # products), "norm" (RMSNorm; "norm_mlp", the one before the MLP, as "norm" unless listed), "rope" (q/k norm +
-# RoPE + KV store), "split" and "combine" (attention). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the
-# attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
+# RoPE + KV store), "split" and "combine" (attention). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30.json): the
+# Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
 # RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
 # mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
 # Mode 3 (session 18): RoPE, split and combine at 3 gave one decode row at 1k -1.2%, but 8 rows +3% and 8k +4-14%;
