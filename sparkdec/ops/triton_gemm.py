@@ -35,16 +35,17 @@ PDL_MODE = 0 if INTERPRET else choice("SPARKDEC_PDL", 1, (0, 1, 2))
 # up to 16 bf16 rows on an H200/H100 run the Gluon product (ops/gluon_gemv.py, same bits) for the shapes in its
 # table; SPARKDEC_GLUON=0 keeps every product on the Triton kernel. Read at every launch (A/B runs patch it).
 GLUON = flag("SPARKDEC_GLUON", True)
-# PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon
-# products), "norm" (RMSNorm; "norm_mlp", the one before the MLP, as "norm" unless listed), "rope" (q/k norm +
-# RoPE + KV store), "split" and "combine" (attention). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30.json): the
-# Gluon products, the RMSNorms, the q/k norm + RoPE kernel and the attention combine let the next kernel launch right after their wait (a product's weight ring fills meanwhile;
-# RoPE at 2: decode replay -0.9% at 1k, -1% at 8k, rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at
-# mode 2 made 8-row verify 17-25% slower at 8k (its waiting dependents take its slots), so it keeps mode 1.
-# Mode 3 (session 18): RoPE, split and combine at 3 gave one decode row at 1k -1.2%, but 8 rows +3% and 8k +4-14%;
-# the norms or products at 3 were slower (pdl_early_ab_h200_2026-11-30_session18.json). Not used. In the short graphs
-# (engine/graphs.SHORT_PDL) the norm before the MLP at 3 or 1, or the one before qkv at 3, were slower too (1k replay
-# 2.619 -> 2.710, 2.683, 2.651 ms; short_norm_pdl_ab_h200_2026-12-01_session20.json).
+# PDL mode per kind of kernel where PDL is on (a kind not listed takes PDL_MODE). Kinds: "gluon" (the Gluon products),
+# "norm" (RMSNorm; "norm_mlp", the one before the MLP, as "norm" unless listed), "rope" (q/k norm + RoPE + KV store),
+# "split" and "combine" (attention). Chosen on the H200 (pdl_kinds_ab_h200_2026-11-30.json): the Gluon products, the
+# RMSNorms, the q/k norm + RoPE kernel and the attention combine let the next kernel launch right after their wait (a
+# product's weight ring fills meanwhile; RoPE at 2: decode replay -0.9% at 1k, -1% at 8k,
+# rope_pdl_ab_h200_2026-11-30.json); the attention split kernel at mode 2 made 8-row verify 17-25% slower at 8k (its
+# waiting dependents take its slots), so it keeps mode 1. Mode 3 (session 18): RoPE, split and combine at 3 gave one
+# decode row at 1k -1.2%, but 8 rows +3% and 8k +4-14%; the norms or products at 3 were slower
+# (pdl_early_ab_h200_2026-11-30_session18.json). Not used. In the short graphs (engine/graphs.SHORT_PDL) the norm before
+# the MLP at 3 or 1, or the one before qkv at 3, were slower too (1k replay 2.619 -> 2.710, 2.683, 2.651 ms;
+# short_norm_pdl_ab_h200_2026-12-01_session20.json).
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 _FALLBACK = {"norm_mlp": "norm"}  # a kind not listed takes this kind's mode, where that one is
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
