@@ -30,7 +30,7 @@ VARIANTS = {
     "fine0": {(triton_attention, "FINE_END"): 0},
     "fine2k": {(triton_attention, "FINE_END"): 2048},
     "fine4k": {(triton_attention, "FINE_END"): 4096},
-    "fine3k": {(triton_attention, "FINE_END"): 3072},  # (session 20: for 2k-3k, where a 128-key split fills up)
+    "fine3k": {(triton_attention, "FINE_END"): 3072},  # (session 21: fine3k, fine4k no faster at 2k-8k, fine_end_ab_*)
     "fine2k_p128": {(triton_attention, "FINE_END"): 2048, (triton_attention, "PROGRAMS_ONE_ROW"): 128,
                     (triton_attention, "PROGRAMS"): 64},
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
@@ -228,17 +228,10 @@ for _c in (0, 1, 2, 4, 8, 64):
 VARIANTS["combine_while"] = {(triton_attention, "COMBINE_WHILE"): True}  # the rest in a while loop (shipped since)
 VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # (session 17: the split's hoisted loads, "split_hoist", were slower and are removed)
-# L2 hand-off (gluon_gemv.L2_NEXT), {later product: (first tile, tiles, when)}. Session 19: products asking L2 for a
-# later product's weight tiles after their PDL wait or K loop were slower (l2_handoff_ab_h200_2026-11-30_session19.json,
-# code in 7af1146). Session 20: the o product asking for gate_up's before its wait (when 3), during the attention
-# chain, slower too (l2_pre_wait_ab_*_session20.json): 19.5 MB per layer, with o's own 21 MB and the keys streaming
-# through L2 before gate_up reads them. Staged: the same with the prefetched lines marked evict_last
-# (gluon_gemv.L2_EVICT_LAST), so that the streaming weights are evicted before them.
-_L2_LAST = {(gluon_gemv, "L2_EVICT_LAST"): True}
-for _name, _want in {"og_pre0_4": {GATE_UP: (0, 4, 3)}, "og_pre4_4": {GATE_UP: (4, 4, 3)},
-                     "og_pre0_8": {GATE_UP: (0, 8, 3)}, "og_pre0_2": {GATE_UP: (0, 2, 3)}}.items():
-    VARIANTS[f"l2_{_name}"] = {(gluon_gemv, "L2_NEXT"): _want}
-    VARIANTS[f"l2_{_name}_last"] = {(gluon_gemv, "L2_NEXT"): _want, **_L2_LAST}
+# (session 19: products asking L2 for a later product's weight tiles, "l2_*", were slower and are removed; the code is
+# in commit 7af1146, l2_handoff_ab_h200_2026-11-30_session19.json. Session 20: the o product asking for gate_up's
+# before its PDL wait, during the attention chain, slower too: commit 790a889, l2_pre_wait_ab_*_session20.json;
+# session 21: and with the prefetched lines marked evict_last: commit ad215ec, l2_last_ab_*_session21.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Device runs for the next session (each < 600 s). Session 20 ran step 10, step 1 at 779ef01 (4B 2.64 ms/token at
-# 1k, 73% of the run's floor; the suite's last test passed in a later call), step 8, and A/Bs directly (`AB_ROWS=1
-# AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048 python scripts/ab_decode.py OUT qwen3-4b base cp_rve cp_rve_p32 ...`, the
-# short_one and short_n* variants; results *_session20.json).
+# Device runs for the next session (each < 600 s). Session 21 ran step 12 (the L2 hand-off with evict_last: slower,
+# removed) and step 11 (FINE_END 3k/4k: no faster; the 4B bench at 2k with the averaged replay; results
+# *_session21*.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
@@ -16,11 +15,6 @@
 #    of SPLIT_KV_TOGETHER (a split step's values loaded with its keys: one memory round trip less per step) and
 #    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less) and ROPE_V_EARLY (the q/k
 #    norm + RoPE kernel loading a key head's values with its key: one round trip less)
-# 11. (session 20, staged) the GPU test of the bench's replays at decoded positions, the 4B bench at 2k (decode graph
-#    replay now averaged over the decoded positions: was 2.92-2.95 ms at the end position against 2.78-2.81 ms/token),
-#    then 64-key splits up to 3k or 4k keys (FINE_END; bits change, the same for decode and verify rows) at 2k-8k
-# 12. (session 20, staged) the o product asking L2 for gate_up's tiles before its wait, with the lines marked
-#    evict_last (gluon_gemv.L2_EVICT_LAST) and without (session 20: without, 1k replay 2.610 -> 2.656-2.755 ms)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -59,16 +53,6 @@ elif [ "$1" = 10 ]; then
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 250 python scripts/ab_decode.py $OUT/load_schedules_ab.json \
     qwen3-4b base dead_exit kv_together combine_preload rope_v_early pages_early chain_loads base#2 chain_loads#2 2>&1 \
     | grep "ctx "
-elif [ "$1" = 11 ]; then
-  timeout 100 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "decode_replays or bit_identical" \
-    2>&1 | tail -1
-  timeout 80 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 2048 --no-peer --no-sim \
-    --out $OUT/kernels_2k.json 2>&1 | grep "^qwen3"
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=2048,2600,4096,8192 timeout 330 python scripts/ab_decode.py \
-    $OUT/fine_end_ab.json qwen3-4b base fine3k fine4k base#2 2>&1 | grep "ctx "
-elif [ "$1" = 12 ]; then
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/l2_last_ab.json \
-    qwen3-4b base l2_og_pre0_4_last l2_og_pre4_4_last l2_og_pre0_2_last l2_og_pre0_4 base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False, pf=0, pf_last=0):
+                 pre=None, defer=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -25,15 +25,12 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
 
     wl = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16)
     xl = gl.NVMMASharedLayout.get_default_for([mp, bk], gl.bfloat16)
-    ints = ["M", "N", "stride_xm", "stride_om", "stride_rm", "pf_stride", "pf_tiles", "pf_count", "pf_kslice",
-            "pf_col0", "pf_half", "pf_rows"]
+    ints = ["M", "N", "stride_xm", "stride_om", "stride_rm"]
     consts = {"K": k, "SILU": silu, "RESIDUAL": residual, "PDL": pdl, "SPLIT_K": split, "STAGES": stages,
               "PRE": stages if pre is None else pre, "MP": mp,
-              "XRING": bool(xring), "DEFER": defer, "PF": pf, "PF_ROWS": 64, "PF_LAST": pf_last,
-              "num_warps": 4}
+              "XRING": bool(xring), "DEFER": defer, "num_warps": 4}
     sig = {"w_desc": f"tensordesc<bf16[{bn},{bk}],{wl!r}>", "x_desc": f"tensordesc<bf16[{mp},{bk}],{xl!r}>",
            "x_ptr": "*bf16", "out_ptr": "*bf16", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
-           "pf_ptr": "*bf16",
            **{name: "i32" for name in ints}, **{name: "constexpr" for name in consts}}
     src = GluonASTSource(gg._gemv_kernel, sig, consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
@@ -58,10 +55,6 @@ def local_bytes(cubin: bytes) -> int:
     dict(k=4096, split=8, residual=True, pre=1),       # one weight tile before the wait, the rest after it
     dict(k=9728, split=4, stages=6, residual=True, defer=True),  # slices left for the norm kernel to sum
     dict(k=4096, split=8, residual=True, defer=True, pdl=3),     # the next kernel launched at the start (mode 3)
-    dict(k=4096, split=8, residual=True, defer=True, pf=1),      # asking L2 for a later product's tiles after the wait
-    dict(bk=256, stages=3, pf=2),                                # ... after the K loop
-    dict(k=4096, split=8, residual=True, defer=True, pdl=3, pf=3),  # ... before the wait
-    dict(k=4096, split=8, residual=True, defer=True, pdl=3, pf=3, pf_last=1),  # ... marked evict_last
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)
@@ -70,8 +63,6 @@ def test_gluon_product_compiles_for_sm90(variant):
     assert "cp.async.bulk.tensor" in ptx
     assert "griddepcontrol.wait" in ptx
     assert ("atom.global" in ptx) == (variant.get("split", 1) > 1 and not variant.get("defer"))
-    assert ("cp.async.bulk.prefetch.L2" in ptx) == bool(variant.get("pf"))
-    assert ("L2::evict_last" in ptx) == bool(variant.get("pf_last"))
     assert local_bytes(kernel.asm["cubin"]) == 0
 
 

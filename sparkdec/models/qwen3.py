@@ -124,8 +124,7 @@ class Qwen3DecoderLayer(nn.Module):
         self.self_attn.fuse()
         self.mlp.fuse()
 
-    def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable,
-                       next_qkv: torch.Tensor | None = None) -> torch.Tensor:
+    def _fused_forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         """CUDA: eight launches per layer (norm, qkv, q/k norm+RoPE+cache store, attention x2, o+residual, norm,
         gate_up+SiLU, down+residual), each row batch-invariant. Takes and returns h as a tensor or, with
         triton_gemm.SUM_IN_NORM, as a product's unsummed slices that the next norm kernel sums (ops/partials.py).
@@ -138,18 +137,16 @@ class Qwen3DecoderLayer(nn.Module):
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
         x, h = norm_of(h, ln1.weight, ln1.eps)  # h: a tensor, or the last product's unsummed slices (ops/partials.py)
-        qkv = gemm(x, attn.qkv_weight, l2_next=attn.o_proj.weight)  # [T, (Hq + 2 Hkv) * D]
+        qkv = gemm(x, attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True)  # [T, Hq, D]
-        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True, l2_next=mlp.gate_up_weight)
-        # RMSNorm, then the MLP
-        return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps), l2_next=next_qkv)
+        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True)
+        return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 
-    def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable,
-                next_qkv: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
         if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:
-            return self._fused_forward(h, ctx, kv, rope, next_qkv)
+            return self._fused_forward(h, ctx, kv, rope)
         attn = self.self_attn(self.input_layernorm(h), ctx, kv, rope)
         h = materialised(h)  # a fused layer before this one may hand on slices: the norm above summed them
         if h.is_cuda:
@@ -192,10 +189,8 @@ class Qwen3ForCausalLM(nn.Module):
         taps = []
         if -1 in tap_layers:
             taps.append(h)
-        layers = self.model.layers
-        for i, layer in enumerate(layers):
-            nxt = layers[i + 1].self_attn.qkv_weight if i + 1 < len(layers) else None  # (gluon_gemv.L2_NEXT)
-            h = layer(h, ctx, kv_layers[i], self.rope, nxt)
+        for i, layer in enumerate(self.model.layers):
+            h = layer(h, ctx, kv_layers[i], self.rope)
             if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
                 taps.append(materialised(h))
         return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)

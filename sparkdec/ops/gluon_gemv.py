@@ -87,48 +87,11 @@ if AVAILABLE:
             gl.atomic_xchg(cnt_ptr + tile, 0)
             _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
 
-    # one thread's bulk prefetch of [addr, addr + size) into L2, issued only where live != 0
-    _L2_ASM: gl.constexpr = gl.constexpr("""{
-.reg .pred p;
-setp.ne.u32 p, $2, 0;
-@p cp.async.bulk.prefetch.L2.global [$1], $3;
-mov.u32 $0, 0;
-}""")
-    # ... with the lines marked evict_last (L2_EVICT_LAST): lines loaded with the normal policy are evicted first
-    _L2_LAST_ASM: gl.constexpr = gl.constexpr("""{
-.reg .pred p;
-.reg .b64 pol;
-setp.ne.u32 p, $2, 0;
-createpolicy.fractional.L2::evict_last.b64 pol, 1.0;
-@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $3, pol;
-mov.u32 $0, 0;
-}""")
-
-    @gluon.jit
-    def _ask_l2(pf_ptr, pf_stride, pf_tiles, pf_count, pf_kslice, pf_col0, pf_half, pf_rows, PF_ROWS: gl.constexpr,
-                PF_LAST: gl.constexpr, num_warps: gl.constexpr):
-        """Program c asks L2 for program c's tiles of a later product (L2_NEXT): rows [PF_ROWS n, + PF_ROWS) of its
-        weight, columns [s * pf_kslice + pf_col0, + 2 pf_half) for its program (n, s); two requests per row."""
-        c = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        i = gl.arange(0, 2 * PF_ROWS, layout=lay)  # [2 PF_ROWS]: row i // 2, half i % 2
-        n = c % pf_tiles
-        s = c // pf_tiles
-        row = n * PF_ROWS + i // 2
-        addr = pf_ptr + row.to(gl.int64) * pf_stride + s * pf_kslice + pf_col0 + (i % 2) * pf_half
-        live = ((c < pf_count) & (row < pf_rows)).to(gl.int32)
-        size = i * 0 + pf_half * 2  # bytes (bf16)
-        gl.inline_asm_elementwise(_L2_LAST_ASM if PF_LAST else _L2_ASM, "=r,l,r,r", [addr, live, size], dtype=gl.int32,
-                                  is_pure=False, pack=1)
-
     @gluon.jit
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
-                     pf_ptr, pf_stride, pf_tiles, pf_count, pf_kslice, pf_col0, pf_half, pf_rows,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, PF: gl.constexpr, PF_ROWS: gl.constexpr,
-                     PF_LAST: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -144,16 +107,10 @@ mov.u32 $0, 0;
         # the weights do not depend on the previous kernel: fill the ring (its first PRE stages) before waiting for it
         for j in gl.static_range(PRE):
             _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
-        if PF == 3:  # a later product's tiles asked for before the wait as well
-            _ask_l2(pf_ptr, pf_stride, pf_tiles, pf_count, pf_kslice, pf_col0, pf_half, pf_rows, PF_ROWS, PF_LAST,
-                    num_warps)
         if PDL:
             gdc_wait()
             if PDL == 2:
                 gdc_launch_dependents()
-        if PF == 1:
-            _ask_l2(pf_ptr, pf_stride, pf_tiles, pf_count, pf_kslice, pf_col0, pf_half, pf_rows, PF_ROWS, PF_LAST,
-                    num_warps)
         for j in gl.static_range(PRE, STAGES):
             _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
         if XRING:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
@@ -179,9 +136,6 @@ mov.u32 $0, 0;
                 _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
         if PDL == 1:
             gdc_launch_dependents()
-        if PF == 2:
-            _ask_l2(pf_ptr, pf_stride, pf_tiles, pf_count, pf_kslice, pf_col0, pf_half, pf_rows, PF_ROWS, PF_LAST,
-                    num_warps)
         for j in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(j))
         EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
@@ -210,14 +164,6 @@ CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 # (weight rows, K) -> weight tiles a program requests before its PDL wait (default: the whole ring). Fewer keep HBM
 # free for the kernel it overlaps (A/B: scripts/ab_decode.py)
 PREFETCH: dict[tuple[int, int], int] = {}
-# L2 hand-off (session 19, A/B only; empty: off): a product's programs ask L2 (cp.async.bulk.prefetch.L2) for weight
-# tiles of a later product, so that HBM works while the chain between them is latency-bound (the o product, whose
-# weights arrived during the attention, asking for gate_up's while it and the norm after it run). Keyed by the later
-# product's (weight rows, K): (its first tile j0, tiles J, when: 1 right after this product's PDL wait, 2 after its
-# K loop, 3 before its wait). Program c of this product asks for program c's tiles j0 .. j0 + J - 1 of the later one.
-# Bits never change.
-L2_NEXT: dict[tuple[int, int], tuple[int, int, int]] = {}
-L2_EVICT_LAST = False  # the requested lines marked evict_last (staged in session 20, A/B: l2_*_last)
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -257,22 +203,6 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     return cfg
 
 
-def l2_plan(nxt: torch.Tensor | None, split_k: int) -> tuple | None:
-    """The `l2` argument of gemv for the later product of weight nxt (split_k: its split-K), or None (L2_NEXT off)."""
-    if nxt is None or not nxt.is_cuda or nxt.dtype != torch.bfloat16 or nxt.stride(1) != 1:
-        return None
-    want, cfg = L2_NEXT.get(tuple(nxt.shape)), CONFIGS.get(tuple(nxt.shape))
-    if not want or cfg is None:
-        return None
-    (j0, tiles_j, when), (bn, bk) = want, cfg[:2]
-    kslice = nxt.shape[1] // split_k
-    ncols = min(tiles_j * bk, kslice - j0 * bk)
-    if ncols <= 0 or ncols % 16 or nxt.data_ptr() % 16 or nxt.stride(0) % 8:
-        return None
-    tiles = triton.cdiv(nxt.shape[0], bn)
-    return nxt, nxt.stride(0), tiles, tiles * split_k, kslice, j0 * bk, ncols // 2, nxt.shape[0], when, bn
-
-
 def _descriptor(t: torch.Tensor, rows: int, cols: int):
     """The TMA descriptor of a 2-D bf16 tensor (weights or x) in [rows, cols] boxes (cached: it encodes only address,
     shape and strides)."""
@@ -287,11 +217,10 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int):
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Tensor, counters: torch.Tensor | None,
          cfg: tuple[int, int, int, int], split_k: int, silu: bool, residual: bool, pdl: int,
-         defer: bool = False, l2: tuple | None = None) -> torch.Tensor:
+         defer: bool = False) -> torch.Tensor:
     """The Gluon product into `out` [M, N] (see module docstring); counters: the Triton kernel's split-K arrival
     counters (each tile's last program resets its counter). defer (split_k > 1): only store the slices' partial
-    tiles and return that workspace [split_k, tiles, MP, BN] (ops/partials.py: the next norm kernel sums them).
-    l2: l2_plan's tiles of a later product to ask L2 for (L2_NEXT)."""
+    tiles and return that workspace [split_k, tiles, MP, BN] (ops/partials.py: the next norm kernel sums them)."""
     bn, bk, stages, xring = cfg
     m, k = x.shape
     n = out.shape[1]
@@ -301,12 +230,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     if split_k > 1:
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
-    pf = l2[:8] if l2 is not None else (x, 0, 1, 0, 0, 0, 0, 0)
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
-                                   res.stride(0), *pf, PF=l2[8] if l2 is not None else 0,
-                                   PF_ROWS=l2[9] if l2 is not None else 64, PF_LAST=L2_EVICT_LAST and l2 is not None,
-                                   K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
+                                   res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
                                    XRING=bool(xring), DEFER=defer, num_warps=4, **extra)
     return ws if defer else out

@@ -254,12 +254,10 @@ def split_k_of(n: int, k: int) -> int:
     return 1 if k % (split_k * block_k) else split_k
 
 
-def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, float],
-        l2_next: torch.Tensor | None = None):
+def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, float]):
     """h + down(silu(gate) * up) of RMSNorm(h): the norm kernel, then the gate_up and down products (with FUSED_MLP,
     in one persistent launch where ops/gluon_mlp.py supports the shapes: the same bits). h may be a product's
-    unsummed slices (ops/partials.py), and so may the result (partial: see SUM_IN_NORM). l2_next: the weight of the
-    product after down (gluon_gemv.L2_NEXT)."""
+    unsummed slices (ops/partials.py), and so may the result (partial: see SUM_IN_NORM)."""
     from sparkdec.ops.triton_fused import norm_of
 
     x, h = norm_of(h, norm[0], norm[1], kind="norm_mlp")
@@ -269,20 +267,18 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
         split_gu, split_dn = split_k_of(*gate_up.shape), split_k_of(*down.shape)
         if gluon_mlp.supports(x, gate_up, down, split_gu, split_dn):
             return gluon_mlp.mlp(x, gate_up, down, h, split_dn, pdl_mode("gluon"))
-    return gemm(gemm(x, gate_up, silu=True, l2_next=down), down, residual=h, partial=True, l2_next=l2_next)
+    return gemm(gemm(x, gate_up, silu=True), down, residual=h, partial=True)
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
-         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False,
-         l2_next: torch.Tensor | None = None):
+         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
     than x's gets that rounding too. partial (with a residual): where SUM_IN_NORM holds
     and a split-K Gluon launch runs it, return its unsummed slices (ops/partials.Partials, for the next norm
-    kernel) instead of the tensor. l2_next: the weight of a later product, whose tiles a Gluon launch asks L2 for
-    where gluon_gemv.L2_NEXT says so."""
+    kernel) instead of the tensor."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -301,9 +297,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         defer = (partial and SUM_IN_NORM and split_k > 1 and residual is not None and not silu
                  and out.dtype == x.dtype)
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                              pdl_mode("gluon"), defer=defer,
-                              l2=gluon_gemv.l2_plan(l2_next, split_k_of(*l2_next.shape))
-                              if l2_next is not None and gluon_gemv.L2_NEXT else None)
+                              pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
             return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
         return got
