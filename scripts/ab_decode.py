@@ -146,6 +146,7 @@ VARIANTS["sum_off"] = {(triton_gemm, "SUM_IN_NORM"): False}
 for _p in (0, 1, 2):
     VARIANTS[f"gu_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: _p}}
     VARIANTS[f"qkv_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {QKV: _p}}
+    VARIANTS[f"o_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {O: _p}}  # (session 21: o's ring fill during the split)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}
 # session 15: the post-o norm and the combine asking for 100-200 KB of shared memory they do not use, so that no
 # product program filling its ring shares their SM: no change at 1 row, 8 rows slower (code removed;
@@ -213,7 +214,17 @@ for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW":
 VARIANTS["short_nmlp3"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm_mlp": 3}}
 VARIANTS["short_nmlp1"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm_mlp": 1}}  # gate_up launched later
 VARIANTS["short_nqkv3"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm": 3}}
-VARIANTS["short_one"] = {(graphs, "SHORT_BOUNDS"): ((3072, {}),)}  # session 19's one short graph (64 programs)
+VARIANTS["short_one"] = {(graphs, "SHORT_BOUNDS"): ((3072, {}),)}
+VARIANTS["short_triton"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32}), (3072, {}))}  # (session 20)
+# session 21: the Gluon split (keys copied before its PDL wait; the Triton split's bits) in the lone row's short graphs
+# only (session 16: it won for a lone row at 1k with RoPE at mode 3, lost at 8 rows and at 8k)
+_G = {"GLUON_SPLIT": True}
+VARIANTS["short_gluon"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32, **_G, "GLUON_PROGRAMS": 32}),
+                                                      (3072, _G))}
+VARIANTS["short_gluon_p64"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32, **_G}), (3072, _G))}
+VARIANTS["short_gluon_last"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32, **_G, "GLUON_PROGRAMS": 32,
+                                                                   "GLUON_BLOCK_LAST": True}),
+                                                           (3072, {**_G, "GLUON_BLOCK_LAST": True}))}  # session 19's one short graph (64 programs)
 # (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;
 # short_graph_more_ab_h200_2026-11-30_session19.json)
 VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}

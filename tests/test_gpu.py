@@ -690,6 +690,28 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     assert any(ran)  # the Gluon kernel did run
 
 
+def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch):
+    """The shipped short graphs (engine/graphs.SHORT_BOUNDS: the Gluon split up to 1280 keys) give a lone row eager
+    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run."""
+    import sparkdec.ops.triton_attention as ta
+    from sparkdec.engine import graphs
+
+    assert any(s.get("GLUON_SPLIT") for _, s in graphs.SHORT_BOUNDS)
+    model = make_target(tmp_path / "g128", vocab_size=509, hidden_size=256, intermediate_size=512,
+                        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
+                        tie_word_embeddings=False, max_position_embeddings=4096)
+    params = SamplingParams(max_tokens=120, ignore_eos=True)
+    prompts = PROMPTS + [list(range(100, 400)) * 4]  # a 1200-token prompt: decoding crosses the 1280-key bound
+    eager = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=False)
+    want = [eager.generate([p], params)[0].token_ids for p in prompts]
+    ran = []
+    supports = ta.gluon_split.supports
+    monkeypatch.setattr(ta.gluon_split, "supports", lambda *a: ran.append(supports(*a)) or ran[-1])
+    llm = LLM(model=str(model), device="cuda", dtype="bfloat16")
+    assert [llm.generate([p], params)[0].token_ids for p in prompts] == want
+    assert any(ran)  # the short graph's Gluon split was captured
+
+
 def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
     """SPLIT_DEAD_EXIT: the split kernel's programs that hold no key end without their PDL wait (and, with
     SPLIT_KV_TOGETHER, load a step's values with its keys, with SPLIT_PAGES_EARLY, the first step's page ids before the

@@ -24,10 +24,14 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # 2.999 -> 3.016 at 4k, 3.32 -> 3.46 at 8k; 8 rows slower at every context. Up to 1280 keys (20 splits) 32 split
 # programs per kv head rather than 64: replay at 1k (17-20 splits) 2.654 -> 2.616 ms (session 19: 2.657 -> 2.621),
 # but at 1.5k (25-28 splits) 2.607 -> 2.644, at 2k 2.748 -> 2.843 (short_loads_ab_*, short_bound_ab_h200_2026-12-01_
-# session20.json; between 20 and 25 splits not measured). Neither PDL modes nor these settings change bits.
-# SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
+# session20.json; between 20 and 25 splits not measured). Up to 1280 keys the split is the Gluon kernel that copies
+# a split's keys before its PDL wait (ops/gluon_split.py; on other devices the Triton split), its grid's row blocks
+# last: 1k decode 2.688 -> 2.669 ms/token; at 2k slower (2.78 -> 2.82; short_gluon_ab_h200_2026-12-01_session21.json).
+# Neither PDL modes nor these settings change bits. SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
-SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32}), (3072, {}))
+SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32,
+                               "GLUON_BLOCK_LAST": True}),
+                       (3072, {}))
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
