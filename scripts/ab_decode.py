@@ -147,8 +147,8 @@ for _p in (0, 1, 2):
     VARIANTS[f"gu_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: _p}}
     VARIANTS[f"qkv_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {QKV: _p}}
     VARIANTS[f"o_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {O: _p}}  # (session 21: o's ring fill during the split)
-for _ns in (500, 1000, 2000, 3000):  # session 21: o's ring fill held at its start (gluon_gemv.DELAY)
-    VARIANTS[f"o_delay{_ns}"] = {(gluon_gemv, "DELAY"): {O: _ns}}
+# (session 21: o's ring fill held 0.5-3 us at its start, "o_delay*", no faster at 1k: o_delay_ab_*_session21.json;
+# code in commit e077e0d)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}
 # session 15: the post-o norm and the combine asking for 100-200 KB of shared memory they do not use, so that no
 # product program filling its ring shares their SM: no change at 1 row, 8 rows slower (code removed;
