@@ -112,6 +112,9 @@ VARIANTS.update({
 VARIANTS["combine_unroll"] = {(triton_attention, "COMBINE_UNROLL"): True}
 # the split kernel's warps and key step (registers: 4 warps x 64 keys spill 1456 B per thread, 8 x 32 none)
 VARIANTS["split_b32"] = {(triton_attention, "SPLIT_BLOCK_N"): 32}
+# session 21 (staged): the split kernel's register cap, three or four programs per SM (triton_attention.SPLIT_MAXNREG)
+VARIANTS["split_r168"] = {(triton_attention, "SPLIT_MAXNREG"): 168}
+VARIANTS["split_r128"] = {(triton_attention, "SPLIT_MAXNREG"): 128}
 VARIANTS["split_w8_b32"] = {(triton_attention, "SPLIT_WARPS"): 8, (triton_attention, "SPLIT_BLOCK_N"): 32}
 FC, KV = (2560, 12800), (2048, 2560)
 for _s in (4, 5, 10):

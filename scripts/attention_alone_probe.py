@@ -81,6 +81,10 @@ VARIANTS = {
     # (session 21: SPLIT_STAGES 1 or 3 timed as the default, 7.70 / 22.5 us at 1k / 8k)
     "triton_w8": ({"SPLIT_WARPS": 8}, False),  # (other bits)
     "triton_no_pdl": ({}, False),  # the split and combine launched without PDL (see time_chain)
+    # register caps: three (168) or four (128) programs per SM instead of two; the same bits
+    "triton_r168": ({"SPLIT_MAXNREG": 168}, False),
+    "triton_r128": ({"SPLIT_MAXNREG": 128}, False),
+    "triton_p128_r168": ({"PROGRAMS_ONE_ROW": 128, "SPLIT_MAXNREG": 168}, False),
     # smaller fine splits and steps: a program's path is shorter (other bits: the reduction order changes)
     "fine32_b32": ({"FINE_SPLIT": 32, "SPLIT_BLOCK_N": 32}, False),
     "fine32_b32_p128": ({"FINE_SPLIT": 32, "SPLIT_BLOCK_N": 32, "PROGRAMS_ONE_ROW": 128}, False),

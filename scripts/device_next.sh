@@ -15,6 +15,9 @@
 #    of SPLIT_KV_TOGETHER (a split step's values loaded with its keys: one memory round trip less per step) and
 #    COMBINE_PRELOAD (the combine's unrolled chunks loaded at once: two round trips less) and ROPE_V_EARLY (the q/k
 #    norm + RoPE kernel loading a key head's values with its key: one round trip less)
+# 13. (session 21, staged) the split kernel's register cap (triton_attention.SPLIT_MAXNREG: three or four programs per
+#    SM instead of two; alone at 8k the split streams at about 1.9 TB/s): its bits test, the attention-alone probe,
+#    then the 4B A/B at 1k and 8k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -53,6 +56,12 @@ elif [ "$1" = 10 ]; then
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 250 python scripts/ab_decode.py $OUT/load_schedules_ab.json \
     qwen3-4b base dead_exit kv_together combine_preload rope_v_early pages_early chain_loads base#2 chain_loads#2 2>&1 \
     | grep "ctx "
+elif [ "$1" = 13 ]; then
+  timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "register_cap" 2>&1 | tail -1
+  timeout 100 python scripts/attention_alone_probe.py $OUT/attention_alone_cap.json 1024,8192 \
+    triton_p64,triton_r168,triton_r128,triton_p128,triton_p128_r168 2>&1 | grep "us per layer"
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py \
+    $OUT/split_cap_ab.json qwen3-4b base split_r168 split_r128 base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

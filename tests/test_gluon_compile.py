@@ -5,11 +5,8 @@ triton 3.6 (the H200 image's); other versions skip.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
-
 import pytest
+from cubin_usage import resource_usage
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason="the Gluon path targets triton 3.6")
@@ -38,12 +35,7 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
 
 def local_bytes(cubin: bytes) -> int:
     """LOCAL (spilled) bytes per thread, from cuobjdump's resource usage."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    return int(usage.split("LOCAL:")[1].split()[0])
+    return resource_usage(cubin)["LOCAL"]
 
 
 @pytest.mark.parametrize("variant", [

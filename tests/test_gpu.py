@@ -634,6 +634,22 @@ def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     assert agrees_with_float64(batched, probs, 0.95, 1e-4)
 
 
+@pytest.mark.parametrize("cap", [168, 128])
+def test_split_register_cap_keeps_the_bits(cap, monkeypatch):
+    """SPLIT_MAXNREG (three or four split programs per SM): the same output bits as the uncapped kernel, for rows
+    alone and in blocks."""
+    import sparkdec.ops.triton_attention as ta
+
+    ps, d = 16, 128
+    q, kc, vc, ctx = _attention_case(32, 8)
+    args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
+    blocks = dict(blocks=(ctx.block_lead, ctx.block_rows))
+    want = [ta.triton_paged_attention(*args, **blocks), ta.triton_paged_attention(*args)]
+    monkeypatch.setattr(ta, "SPLIT_MAXNREG", cap)
+    assert torch.equal(ta.triton_paged_attention(*args, **blocks), want[0])
+    assert torch.equal(ta.triton_paged_attention(*args), want[1])
+
+
 @pytest.mark.parametrize("hq,hkv,programs,block_last", [(32, 8, 32, False), (16, 8, 32, False), (8, 8, 32, False),
                                                          (32, 8, 2, True)])
 def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last):

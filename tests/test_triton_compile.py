@@ -12,7 +12,7 @@ triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason="PTX checked with triton 3.6")
 
 
-def ptx_of(kernel, types: dict, consts: dict, divisible: tuple[str, ...]) -> str:
+def compiled(kernel, types: dict, consts: dict, divisible: tuple[str, ...], **options):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -20,7 +20,11 @@ def ptx_of(kernel, types: dict, consts: dict, divisible: tuple[str, ...]) -> str
     sig = {**types, **{name: "constexpr" for name in consts}}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr") or n in divisible}
     src = ASTSource(kernel, sig, consts, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, **options))
+
+
+def ptx_of(kernel, types: dict, consts: dict, divisible: tuple[str, ...]) -> str:
+    return compiled(kernel, types, consts, divisible).asm["ptx"]
 
 
 def loads_before_first_barrier(ptx: str, after: str) -> int:
@@ -29,7 +33,7 @@ def loads_before_first_barrier(ptx: str, after: str) -> int:
     return body[:body.index("bar.sync")].count("ld.global.v4")
 
 
-def split_ptx(**switches) -> str:
+def split_kernel(options: dict | None = None, **switches):
     from sparkdec.ops import triton_attention as ta
 
     ints = ["stride_qt", "stride_qh", "stride_ks", "stride_kh", "stride_bt", "page_size", "num_splits", "num_heads",
@@ -40,7 +44,12 @@ def split_ptx(**switches) -> str:
     consts = dict(GROUP=4, GROUP_PAD=4, ROWS=16, PASSES=1, D=128, D_PAD=128, SPLIT_N=128, FINE_N=64, FINE_SPLITS=32,
                   BLOCK=64, PROGRAMS=64, ITERS=8, PDL=3, DEAD_EXIT=0, KV_TOGETHER=0, PAGES_EARLY=0, STAMPS=0)
     consts.update(switches)
-    return ptx_of(ta._split_kernel, types, consts, ("stride_qt", "stride_qh", "stride_ks", "stride_kh", "page_size"))
+    return compiled(ta._split_kernel, types, consts, ("stride_qt", "stride_qh", "stride_ks", "stride_kh", "page_size"),
+                    **(options or {}))
+
+
+def split_ptx(**switches) -> str:
+    return split_kernel(**switches).asm["ptx"]
 
 
 def combine_ptx(**switches) -> str:
@@ -97,3 +106,19 @@ def test_rope_v_early_loads_the_values_before_the_norms_reductions():
 
     assert loads_after_wait_before_barrier(rope_ptx()) == 2  # the query/key halves
     assert loads_after_wait_before_barrier(rope_ptx(V_EARLY=1)) == 4  # and the value halves
+
+
+@pytest.mark.parametrize("cap", [168, 128])
+def test_split_register_cap_fits_more_programs_per_sm_with_the_same_operations(cap):
+    """SPLIT_MAXNREG: the capped split kernel uses at most cap registers per thread (three or four 128-thread programs
+    per SM against two uncapped) and issues the same floating-point operations (register allocation spills, it never
+    reorders arithmetic)."""
+    from cubin_usage import resource_usage
+
+    free, capped = split_kernel(PDL=1), split_kernel({"maxnreg": cap}, PDL=1)
+    assert resource_usage(free.asm["cubin"])["REG"] > 168 >= cap >= resource_usage(capped.asm["cubin"])["REG"]
+
+    def float_ops(ptx):
+        ops = ("fma.rn.f32", "mul.f32", "add.f32", "sub.f32", "ex2.approx", "max.f32", "mma.sync")
+        return {op: ptx.count(op) for op in ops}
+    assert float_ops(capped.asm["ptx"]) == float_ops(free.asm["ptx"])  # (the cap acts in ptxas, after the PTX)

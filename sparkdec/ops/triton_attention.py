@@ -47,6 +47,11 @@ SPLIT_KV_TOGETHER = False
 # - the page ids of a program's first step loaded before its PDL wait: 2.769 / 3.498 (session 15: slower too)
 SPLIT_PAGES_EARLY = False
 SPLIT_STAGES = None  # the split kernel's software-pipeline stages (None: Triton's default)
+# the split kernel's register cap per thread (None: ptxas's choice, 230 for sm_90 with 4 warps, so two programs per
+# SM; 168 fits three with 112 bytes of stack spill, 128 four with 384). Registers never change an operation: the same
+# bits. Staged (session 21, off): alone at 8k a lone row's split streams its 33.5 MB per layer at about 1.9 TB/s,
+# 512 programs in about two waves (attention_alone_h200_2026-12-01_session21.json)
+SPLIT_MAXNREG = None
 # (session 16-17: a split's two steps of keys and values loaded before its first products, one memory round trip per
 # 128-key split, was slower on the H200: 4B decode replay 2.78 -> 2.81 ms at 1k, 3.36 -> 3.54 at 8k; removed,
 # combine_while_ab_h200_2026-11-30_session17.json, code in commit 8a05291)
@@ -475,6 +480,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             D_PAD=max(16, triton.next_power_of_2(d)), **fine, BLOCK=SPLIT_BLOCK_N, PROGRAMS=programs,
             ITERS=iters, DEAD_EXIT=SPLIT_DEAD_EXIT, KV_TOGETHER=SPLIT_KV_TOGETHER, PAGES_EARLY=SPLIT_PAGES_EARLY,
             num_warps=SPLIT_WARPS,
-            **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}), **pdl_args("split"),
+            **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}),
+            **({} if SPLIT_MAXNREG is None else {"maxnreg": SPLIT_MAXNREG}), **pdl_args("split"),
             **stamps.args("split", acc))
     combine(acc, ml, row_kv_len, out, splits, fine)
