@@ -7,7 +7,7 @@ usage: python scripts/ab_ablate.py OUT.json [shape] [variant ...]   (variants: a
 from __future__ import annotations
 
 import ab_decode
-from sparkdec.ops import triton_attention, triton_fused
+from sparkdec.ops import gluon_split, triton_attention, triton_fused
 
 
 class _Skip:
@@ -19,7 +19,7 @@ class _Skip:
 
 SKIP = _Skip()
 COMBINE = {(triton_attention, "_combine_kernel"): SKIP}
-SPLIT = {(triton_attention, "_split_kernel"): SKIP}
+SPLIT = {(triton_attention, "_split_kernel"): SKIP, (gluon_split, "_gluon_split_kernel"): SKIP}  # (the short graph's)
 ROPE = {(triton_fused, "_qkv_rope_store_kernel"): SKIP}
 NORM = {(triton_fused, "_rms_norm_kernel"): SKIP}
 ABLATIONS = {

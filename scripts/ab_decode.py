@@ -219,7 +219,7 @@ for _name, _att in {"p16": {"PROGRAMS_ONE_ROW": 16}, "p32": {"PROGRAMS_ONE_ROW":
 VARIANTS["short_nmlp3"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm_mlp": 3}}
 VARIANTS["short_nmlp1"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm_mlp": 1}}  # gate_up launched later
 VARIANTS["short_nqkv3"] = {(graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, "norm": 3}}
-VARIANTS["short_one"] = {(graphs, "SHORT_BOUNDS"): ((3072, {}),)}
+VARIANTS["short_one"] = {(graphs, "SHORT_BOUNDS"): ((3072, {}),)}  # session 19's one short graph (64 programs)
 VARIANTS["short_triton"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32}), (3072, {}))}  # (session 20)
 # session 21: the Gluon split (keys copied before its PDL wait; the Triton split's bits) in the lone row's short graphs
 # only (session 16: it won for a lone row at 1k with RoPE at mode 3, lost at 8 rows and at 8k)
@@ -229,7 +229,7 @@ VARIANTS["short_gluon"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW"
 VARIANTS["short_gluon_p64"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32, **_G}), (3072, _G))}
 VARIANTS["short_gluon_last"] = {(graphs, "SHORT_BOUNDS"): ((1280, {"PROGRAMS_ONE_ROW": 32, **_G, "GLUON_PROGRAMS": 32,
                                                                    "GLUON_BLOCK_LAST": True}),
-                                                           (3072, {**_G, "GLUON_BLOCK_LAST": True}))}  # session 19's one short graph (64 programs)
+                                                           (3072, {**_G, "GLUON_BLOCK_LAST": True}))}
 # (session 19: the norms or the o product at mode 3 in the short graph as well: no gain, removed;
 # short_graph_more_ab_h200_2026-11-30_session19.json)
 VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}

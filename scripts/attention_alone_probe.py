@@ -4,7 +4,7 @@ one layer's chain takes when no product shares the SMs or HBM with it.
 In the decode graph the combine ends 12.4-15 us after the RoPE kernel (split_stamps_*_session21_opre.json), and the
 split's programs work 5.5 us on one 64-key step. Here the same launches are captured back to back in one CUDA graph,
 each layer's caches its own (so no layer hits another's keys in L2), and timed per layer.
-usage: python scripts/attention_alone_probe.py OUT.json
+usage: python scripts/attention_alone_probe.py OUT.json [contexts: 1024,8192] [variants: triton_p64,triton_r168]
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def time_chain(caches, ctx, q, settings: dict, gluon: bool) -> float:
                 torch.cuda.synchronize()
             for e in prof.key_averages():
                 if e.device_time_total > 0 and e.count >= LAYERS:
-                    KERNELS[-1][e.key[:40]] = round(e.device_time_total / e.count, 2)
+                    KERNELS[-1][e.key[:80]] = round(e.device_time_total / e.count, 2)
         return a.elapsed_time(b) / 20 / LAYERS * 1e3
     finally:
         for k, v in saved.items():
@@ -96,7 +96,7 @@ def main(path: str) -> None:
     KERNELS.append({})
     res = {"device": torch.cuda.get_device_name(), "shape": "qwen3-4b attention (32 q heads, 8 kv heads, d 128)",
            "rows": 1, "window": WINDOW, "units": "us per layer (split + combine, 36 layers back to back in a graph)",
-           "command": "python scripts/attention_alone_probe.py OUT", "us_per_layer": {}}
+           "command": "python scripts/attention_alone_probe.py " + " ".join(sys.argv[1:]), "us_per_layer": {}}
     for ctx_len in [int(c) for c in (sys.argv[2] if len(sys.argv) > 2 else "1024,2048,8192").split(",")]:
         caches, ctx, q = layer_inputs(ctx_len)
         for name, (settings, gluon) in VARIANTS.items():

@@ -35,6 +35,10 @@ def med(xs):
 def layer_anatomy(b: dict, layer: int) -> dict:
     """One layer's times (us), relative to the RoPE kernel's last program's end."""
     rope, split, comb = b["rope"][layer], b["split"][layer], b["combine"][layer]
+    if not (split[:, 2] > 0).any():
+        raise SystemExit("split_stamps_probe: the split kernel wrote no stamps (the Gluon split, which the short "
+                         "graph up to 1280 keys runs since session 21, has none): probe a variant with the Triton "
+                         "split, e.g. short_triton")
     rope = rope[rope[:, 2] > 0]
     comb = comb[comb[:, 2] > 0]
     ran = split[split[:, 2] > 0]
@@ -108,4 +112,4 @@ def main(out: str, names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:] or ["base"])
+    main(sys.argv[1], sys.argv[2:] or ["short_triton"])  # (base: the Gluon split at 1k, which writes no stamps)

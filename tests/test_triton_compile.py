@@ -111,14 +111,11 @@ def test_rope_v_early_loads_the_values_before_the_norms_reductions():
 @pytest.mark.parametrize("cap", [168, 128])
 def test_split_register_cap_fits_more_programs_per_sm_with_the_same_operations(cap):
     """SPLIT_MAXNREG: the capped split kernel uses at most cap registers per thread (three or four 128-thread programs
-    per SM against two uncapped) and issues the same floating-point operations (register allocation spills, it never
-    reorders arithmetic)."""
+    per SM against two uncapped), and its PTX is the uncapped kernel's but for the .maxnreg directive: the cap acts in
+    ptxas's register allocation, which spills rather than changes an operation (the GPU test checks the bits)."""
     from cubin_usage import resource_usage
 
     free, capped = split_kernel(PDL=1), split_kernel({"maxnreg": cap}, PDL=1)
     assert resource_usage(free.asm["cubin"])["REG"] > 168 >= cap >= resource_usage(capped.asm["cubin"])["REG"]
-
-    def float_ops(ptx):
-        ops = ("fma.rn.f32", "mul.f32", "add.f32", "sub.f32", "ex2.approx", "max.f32", "mma.sync")
-        return {op: ptx.count(op) for op in ops}
-    assert float_ops(capped.asm["ptx"]) == float_ops(free.asm["ptx"])  # (the cap acts in ptxas, after the PTX)
+    lines = [x for x in capped.asm["ptx"].splitlines() if ".maxnreg" not in x]
+    assert lines == free.asm["ptx"].splitlines() and ".maxnreg" in capped.asm["ptx"]

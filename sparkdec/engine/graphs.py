@@ -26,8 +26,9 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # but at 1.5k (25-28 splits) 2.607 -> 2.644, at 2k 2.748 -> 2.843 (short_loads_ab_*, short_bound_ab_h200_2026-12-01_
 # session20.json; between 20 and 25 splits not measured). Up to 1280 keys the split is the Gluon kernel that copies
 # a split's keys before its PDL wait (ops/gluon_split.py; on other devices the Triton split), its grid's row blocks
-# last: 1k decode 2.688 -> 2.669 ms/token; at 2k slower (2.78 -> 2.82; short_gluon_ab_h200_2026-12-01_session21.json).
-# Neither PDL modes nor these settings change bits. SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
+# last: 1k decode 2.684-2.688 -> 2.669-2.672 ms/token (two runs); at 2k slower (2.78 -> 2.82;
+# short_gluon_ab_h200_2026-12-01_session21*.json). Neither PDL modes nor these settings change bits.
+# SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32,
                                "GLUON_BLOCK_LAST": True}),

@@ -1,5 +1,6 @@
 """Hopper (sm_90) attention split kernel in Gluon: triton_attention's split kernel with its keys and values copied to
-shared memory before the PDL wait (off: triton_attention.GLUON_SPLIT; measured in session 16, see there).
+shared memory before the PDL wait (triton_attention.GLUON_SPLIT: on only in the lone row's short graph up to 1280
+keys, engine/graphs.SHORT_BOUNDS; measured in sessions 16 and 21, see there).
 
 The Triton split kernel loads a split's keys and values only after its wait, so every decode layer pays an HBM round
 trip after the q/k norm + RoPE kernel ends. Here each program starts cp.async copies of its split's keys and values

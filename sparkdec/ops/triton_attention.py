@@ -58,7 +58,8 @@ SPLIT_MAXNREG = None
 # a layer's split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
 # bits: H200 tests pass). Off: 4B decode replay at 1k 2.70 -> 2.66 ms (with the q/k norm + RoPE kernel at PDL mode
 # 3, so that the copies run during the qkv product), but 8-row verify 2.87 -> 2.92-2.96 and 8k 3.25 -> 3.43-3.60
-# (rope3_ab_h200_2026-11-30_session16*.json)
+# (rope3_ab_h200_2026-11-30_session16*.json). On only in the lone row's short graph up to 1280 keys
+# (engine/graphs.SHORT_BOUNDS, session 21). SPLIT_MAXNREG applies to the Triton split only.
 GLUON_SPLIT = False
 GLUON_PROGRAMS = 64  # the Gluon split's programs per (row block, kv head), each walking the splits p, p + 64, ...
 GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused row blocks launch after the live ones
