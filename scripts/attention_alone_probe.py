@@ -14,13 +14,15 @@ import sys
 import torch
 
 from sparkdec.engine.context import build_context
+from sparkdec.ops import stamps
 from sparkdec.ops import triton_attention as ta
 
 HQ, HKV, D, PS = 32, 8, 128, 16
 LAYERS = 36
 WINDOW = 40960  # the graphs' max_kv_len (Qwen3's own window, as the bench)
 ONLY = [v for v in (sys.argv[3].split(",") if len(sys.argv) > 3 else []) if v]  # variants to run (default all)
-KERNELS: list[dict] = []  # per timed variant: {kernel: mean us} (on when the list is not empty)
+KERNELS: list[dict] = []
+STAMPED: list[dict] = []  # split_anatomy of the stamped variants, in order  # per timed variant: {kernel: mean us} (on when the list is not empty)
 
 
 def layer_inputs(ctx_len: int):
@@ -33,10 +35,15 @@ def layer_inputs(ctx_len: int):
 
 
 def time_chain(caches, ctx, q, settings: dict, gluon: bool) -> float:
-    """us per layer: LAYERS attention calls captured back to back, replayed."""
+    """us per layer: LAYERS attention calls captured back to back, replayed. settings["_stamps"]: the split kernel
+    stamps its programs (ops/stamps.py) and their medians go to STAMPED."""
+    settings = dict(settings)
+    stamped = settings.pop("_stamps", False)
     saved = {k: getattr(ta, k) for k in settings}
     for k, v in settings.items():
         setattr(ta, k, v)
+    if stamped:
+        stamps.alloc({"split": 4096}, LAYERS, q.device)
     try:
         out = torch.empty_like(q)
         blocks = (ctx.block_lead, ctx.block_rows)
@@ -48,6 +55,7 @@ def time_chain(caches, ctx, q, settings: dict, gluon: bool) -> float:
                                           D ** -0.5, blocks=blocks, out=out, first_written=first)
         chain()
         torch.cuda.synchronize()
+        stamps.reset()  # the capture's launches take the stamp rows 0 .. LAYERS - 1
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             chain()
@@ -66,10 +74,28 @@ def time_chain(caches, ctx, q, settings: dict, gluon: bool) -> float:
             for e in prof.key_averages():
                 if e.device_time_total > 0 and e.count >= LAYERS:
                     KERNELS[-1][e.key[:80]] = round(e.device_time_total / e.count, 2)
+        if stamped:
+            buf = stamps.BUFFERS["split"]
+            buf.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            STAMPED.append(split_anatomy(buf.cpu()))
         return a.elapsed_time(b) / 20 / LAYERS * 1e3
     finally:
+        stamps.off()
         for k, v in saved.items():
             setattr(ta, k, v)
+
+
+def split_anatomy(buf: torch.Tensor) -> dict:
+    """Medians (us) over the layers' programs whose first step stamped its products: from the PDL wait's release,
+    the kv lengths' arrival (col 4), the page ids' (5), the keys' and values' (6), the products' (7), the end (2)."""
+    rows = buf.reshape(-1, buf.shape[-1])  # [layers * programs, COLS]
+    live = rows[rows[:, 7] > 0].double()
+    span = lambda a, b: round(float((live[:, b] - live[:, a]).median()) / 1e3, 3)  # noqa: E731
+    return {"programs": int(live.shape[0]), "start_to_release": span(0, 1), "lengths": span(1, 4),
+            "page_ids": span(4, 5), "keys_values": span(5, 6), "products": span(6, 7), "stores_end": span(7, 2),
+            "release_to_end": span(1, 2)}
 
 
 VARIANTS = {
@@ -81,6 +107,8 @@ VARIANTS = {
     # (session 21: SPLIT_STAGES 1 or 3 timed as the default, 7.70 / 22.5 us at 1k / 8k)
     "triton_w8": ({"SPLIT_WARPS": 8}, False),  # (other bits)
     "triton_no_pdl": ({}, False),  # the split and combine launched without PDL (see time_chain)
+    # the split's programs stamped at each dependent step (each stamp adds a reduction: compare its time with p64's)
+    "stamped_p64": ({"_stamps": True}, False),
     # register caps: three (168) or four (128) programs per SM instead of two; the same bits
     "triton_r168": ({"SPLIT_MAXNREG": 168}, False),
     "triton_r128": ({"SPLIT_MAXNREG": 128}, False),
@@ -114,6 +142,9 @@ def main(path: str) -> None:
                 us = time_chain(caches, ctx, q, settings, gluon)
             res["us_per_layer"][f"{name} ctx {ctx_len}"] = round(us, 2)
             res.setdefault("kernel_us", {})[f"{name} ctx {ctx_len}"] = KERNELS[-1]
+            if name.startswith("stamped"):
+                res.setdefault("split_anatomy_us", {})[f"{name} ctx {ctx_len}"] = STAMPED[-1]
+                print(f"{name} ctx {ctx_len}: split anatomy {STAMPED[-1]}", flush=True)
             print(f"{name} ctx {ctx_len}: {us:.2f} us per layer; kernels {KERNELS[-1]}", flush=True)
             KERNELS.append({})
         del caches

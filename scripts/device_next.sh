@@ -18,6 +18,9 @@
 # 13. (session 21, staged) the split kernel's register cap (triton_attention.SPLIT_MAXNREG: three or four programs per
 #    SM instead of two; alone at 8k the split streams at about 1.9 TB/s): its bits test, the attention-alone probe,
 #    then the 4B A/B at 2k and 8k (a lone row at 1k runs the Gluon split, which the cap does not touch)
+# 14. (session 21, staged) where a lone row's split spends its fixed ~4.4 us: its GPU stamps test, then the split's
+#    programs stamped at each dependent step (kv lengths, page ids, keys and values, products: ops/stamps.py columns
+#    4-7) in the attention-alone probe at ctx 16, 1k and 8k, against the unstamped kernel's time
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -62,6 +65,10 @@ elif [ "$1" = 13 ]; then
     triton_p64,triton_r168,triton_r128,triton_p128,triton_p128_r168 2>&1 | grep "us per layer"
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=2048,8192 timeout 300 python scripts/ab_decode.py \
     $OUT/split_cap_ab.json qwen3-4b base split_r168 split_r128 base#2 2>&1 | grep "ctx "  # (not 1k: Gluon there)
+elif [ "$1" = 14 ]; then
+  timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "stamps_keep" 2>&1 | tail -1
+  timeout 150 python scripts/attention_alone_probe.py $OUT/split_anatomy.json 16,1024,8192 \
+    triton_p64,stamped_p64,triton_no_pdl 2>&1 | grep -E "us per layer|anatomy"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

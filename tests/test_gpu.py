@@ -634,6 +634,30 @@ def test_top_p_kept_sets_do_not_depend_on_how_many_rows_share_the_call():
     assert agrees_with_float64(batched, probs, 0.95, 1e-4)
 
 
+def test_split_stamps_keep_the_bits_and_order_the_steps():
+    """ops/stamps.py on: the split kernel's output bits are unchanged, and a program with keys stamps its steps in
+    order (start <= release <= lengths <= page ids <= keys <= products <= end)."""
+    import sparkdec.ops.triton_attention as ta
+    from sparkdec.ops import stamps
+
+    ps, d = 16, 128
+    q, kc, vc, ctx = _attention_case(32, 8)
+    args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
+    want = ta.triton_paged_attention(*args)
+    stamps.alloc({"split": 1 << 16}, 1, "cuda")  # (programs: rows x kv heads x programs per row, under 2^16)
+    try:
+        got = ta.triton_paged_attention(*args)
+        torch.cuda.synchronize()
+        rows = stamps.BUFFERS["split"][0].cpu()
+    finally:
+        stamps.off()
+    assert torch.equal(got, want)
+    live = rows[rows[:, 7] > 0]
+    assert live.shape[0] > 0
+    order = live[:, [0, 1, 4, 5, 6, 7, 2]]
+    assert bool((order[:, 1:] >= order[:, :-1]).all())
+
+
 @pytest.mark.parametrize("cap", [168, 128])
 def test_split_register_cap_keeps_the_bits(cap, monkeypatch):
     """SPLIT_MAXNREG (three or four split programs per SM): the same output bits as the uncapped kernel, for rows

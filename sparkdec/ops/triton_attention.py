@@ -13,7 +13,7 @@ import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
 from sparkdec.ops import gluon_split, stamps
-from sparkdec.ops.stamps import stamp, stamp_value
+from sparkdec.ops.stamps import stamp, stamp_after, stamp_value
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 _BLOCK_ROWS_P2 = tl.constexpr(triton.next_power_of_2(BLOCK_ROWS))  # a row block's rows, padded for tl.arange
@@ -120,6 +120,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                 row, head, live, lens, max_len, q, d, dm = query_tile(q_ptr, len_ptr, lead, n_rows, pas * ROWS, kvh,
                                                                       stride_qt, stride_qh, GROUP, GROUP_PAD, ROWS, D,
                                                                       D_PAD)
+                if STAMPS:  # column 4: the rows' kv lengths have arrived (the query tile is loaded beside them)
+                    stamp_after(stamp_ptr, 4, max_len, pas == 0, STAMPS)
                 # NOTE: a fixed number of programs per (block, kv head) walk the splits p, p + PROGRAMS, ...: the
                 # grid stays small when a graph sizes it for the longest context; each split is reduced on its own
                 for j in range(0, ITERS):
@@ -130,7 +132,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_
                         _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks,
                                     stride_kh, stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split,
                                     start, steps, d, dm, ROWS * GROUP_PAD, D, D_PAD, BLOCK, SPLIT_N // BLOCK,
-                                    KV_TOGETHER, PAGES_EARLY, pages0, (pas == 0) & (j == 0))
+                                    KV_TOGETHER, PAGES_EARLY, pages0, (pas == 0) & (j == 0), stamp_ptr, STAMPS)
     if STAMPS:  # column 3: does the program's first split hold a key of the block's first row
         stamp_value(stamp_ptr, split_start(tl.program_id(2), SPLIT_N, FINE_N, FINE_SPLITS)
                     < tl.load(len_ptr + tl.maximum(lead, 0)), STAMPS)
@@ -207,9 +209,9 @@ def query_tile(q_ptr, len_ptr, lead, n_rows, r0, kvh, stride_qt, stride_qh, GROU
 def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
                 stride_bt, page_size, num_splits, num_heads, kvh, seq, max_len, split, start, steps, d, dm,
                 QR: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK: tl.constexpr, MAX_STEPS: tl.constexpr,
-                KV_TOGETHER: tl.constexpr, PAGES_EARLY: tl.constexpr, pages0, early):
+                KV_TOGETHER: tl.constexpr, PAGES_EARLY: tl.constexpr, pages0, early, stamp_ptr, STAMPS: tl.constexpr):
     """One split for the query rows of a block: partial softmax state (max, sum, weighted values) to the
-    workspace."""
+    workspace. STAMPS: the program's first step stamps its page ids, keys and values, and products (columns 5-7)."""
     m_i = tl.full([QR], float("-inf"), tl.float32)
     l_i = tl.zeros([QR], tl.float32)
     acc = tl.zeros([QR, D_PAD], tl.float32)
@@ -222,6 +224,13 @@ def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr,
                 page = tl.where(use0, pages0, tl.load(bt_ptr + seq * stride_bt + pos // page_size,
                                                       mask=keep & (use0 == 0), other=0).to(tl.int64))
                 k, v = keys_at(k_ptr, v_ptr, stride_ks, stride_kh, page_size, kvh, page, pos, keep, d, dm)
+            elif STAMPS:  # load_keys, with the page ids' arrival stamped (a reduction each stamp adds)
+                keep = pos < max_len
+                page = tl.load(bt_ptr + seq * stride_bt + pos // page_size, mask=keep, other=0)
+                stamp_after(stamp_ptr, 5, tl.max(page, 0), early & (i == 0), STAMPS)
+                k, v = keys_at(k_ptr, v_ptr, stride_ks, stride_kh, page_size, kvh, page, pos, keep, d, dm)
+                kv_max = tl.max(tl.max(k.to(tl.float32) + v.to(tl.float32), 1), 0)
+                stamp_after(stamp_ptr, 6, kv_max, early & (i == 0), STAMPS)
             else:
                 k, v = load_keys(k_ptr, v_ptr, bt_ptr, stride_ks, stride_kh, stride_bt, page_size, kvh, seq, pos,
                                  pos < max_len, d, dm)
@@ -229,6 +238,8 @@ def _split_body(q, lens, row, head, live, k_ptr, v_ptr, bt_ptr, acc_ptr, ml_ptr,
                 # keys are staged in shared memory for the first dot, not after (one memory round trip, not two)
                 k = tl.where(max_len < 0, v, k)
             m_i, l_i, acc = attend_step(q, lens, m_i, l_i, acc, k, v, pos, scale)
+            if STAMPS:
+                stamp_after(stamp_ptr, 7, tl.max(tl.max(acc, 1), 0), early & (i == 0), STAMPS)
     base = (row.to(tl.int64) * num_heads + head) * num_splits + split  # int64: large workspaces
     tl.store(acc_ptr + base[:, None] * D + d[None, :], acc, mask=live[:, None] & dm[None, :])
     tl.store(ml_ptr + base * 2, m_i, mask=live)
