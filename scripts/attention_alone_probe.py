@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+from sparkdec.bench.kernels import replay_ms
 from sparkdec.engine.context import build_context
 from sparkdec.ops import stamps
 from sparkdec.ops import triton_attention as ta
@@ -59,14 +60,7 @@ def time_chain(caches, ctx, q, settings: dict, gluon: bool) -> float:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             chain()
-        for _ in range(3):
-            graph.replay()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(20):
-            graph.replay()
-        b.record()
-        torch.cuda.synchronize()
+        us = replay_ms(graph) / LAYERS * 1e3
         if KERNELS:  # each kernel's own mean duration (us) in one replay, from the profiler
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 graph.replay()
@@ -80,7 +74,7 @@ def time_chain(caches, ctx, q, settings: dict, gluon: bool) -> float:
             graph.replay()
             torch.cuda.synchronize()
             STAMPED.append(split_anatomy(buf.cpu()))
-        return a.elapsed_time(b) / 20 / LAYERS * 1e3
+        return us
     finally:
         stamps.off()
         for k, v in saved.items():
