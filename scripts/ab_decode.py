@@ -152,6 +152,13 @@ for _p in (0, 1, 2):
     VARIANTS[f"o_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {O: _p}}  # (session 21: o's ring fill during the split)
 # (session 21: o's ring fill held 0.5-3 us at its start, "o_delay*", no faster at 1k: o_delay_ab_*_session21.json;
 # code in commit e077e0d)
+# session 22: the same fills, but each program's tiles requested one at a time (gluon_gemv.PACED: at most one tile per
+# program in flight, so the latency-bound kernels they overlap queue behind less)
+VARIANTS["o_paced"] = {(gluon_gemv, "PACED"): {O}}
+VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP}}
+VARIANTS["qkv_paced"] = {(gluon_gemv, "PACED"): {QKV}}
+VARIANTS["o_gu_paced"] = {(gluon_gemv, "PACED"): {O, GATE_UP}}
+VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV, O, GATE_UP, DOWN}}
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}
 # session 15: the post-o norm and the combine asking for 100-200 KB of shared memory they do not use, so that no
 # product program filling its ring shares their SM: no change at 1 row, 8 rows slower (code removed;
@@ -265,6 +272,7 @@ def run_variant(models, ctx: int, overrides: dict) -> dict:
                                eng, seq, 8))
             else:
                 res.update(window=eng.max_model_len, decode_ms=decode_ms(eng, seq, 64))
+                res["tokens"] = hash(tuple(seq.output_ids))  # the decoded tokens: every exact variant's are the same
                 res.update({f"replay{r}_ms": graph_replay_ms(eng, seq, r) for r in ROWS})
             del eng, seq
             gc.collect()
@@ -281,8 +289,12 @@ def main() -> None:
     floor_ms = param_bytes(models[0]) / bw * 1e3
     results = {"shape": shape, "copy_bandwidth": bw, "weights_floor_ms": floor_ms, "runs": {}}
     for ctx in [int(c) for c in os.environ.get("AB_CONTEXTS", "1024,8192").split(",")]:
+        first = None
         for name in names:
             r = run_variant(models, ctx, VARIANTS[name.split("#")[0]])
+            if "tokens" in r:  # the plain engine's tokens against the first variant's (same weights, same prompt)
+                first = r["tokens"] if first is None else first
+                r["tokens"] = float(r["tokens"] == first)
             results["runs"][f"{name}@{ctx}"] = r
             print(f"{name:>18} ctx {ctx}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
             with open(out, "w") as f:

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False):
+                 pre=None, defer=False, pace=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -25,7 +25,7 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
     ints = ["M", "N", "stride_xm", "stride_om", "stride_rm"]
     consts = {"K": k, "SILU": silu, "RESIDUAL": residual, "PDL": pdl, "SPLIT_K": split, "STAGES": stages,
               "PRE": stages if pre is None else pre, "MP": mp,
-              "XRING": bool(xring), "DEFER": defer, "num_warps": 4}
+              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "num_warps": 4}
     sig = {"w_desc": f"tensordesc<bf16[{bn},{bk}],{wl!r}>", "x_desc": f"tensordesc<bf16[{mp},{bk}],{xl!r}>",
            "x_ptr": "*bf16", "out_ptr": "*bf16", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            **{name: "i32" for name in ints}, **{name: "constexpr" for name in consts}}
@@ -48,6 +48,8 @@ def local_bytes(cubin: bytes) -> int:
     dict(k=4096, split=8, residual=True, pre=1),       # one weight tile before the wait, the rest after it
     dict(k=9728, split=4, stages=6, residual=True, defer=True),  # slices left for the norm kernel to sum
     dict(k=4096, split=8, residual=True, defer=True, pdl=3),     # the next kernel launched at the start (mode 3)
+    dict(k=4096, split=8, residual=True, defer=True, pace=True),  # o: its fill before the wait one tile at a time
+    dict(bk=256, stages=3, xring=0, pace=True),        # paced, x loaded once (one arrival per stage)
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)

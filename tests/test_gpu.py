@@ -234,6 +234,38 @@ def test_gluon_products_give_the_triton_kernels_bits():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
+def test_paced_fill_gives_the_same_bits():
+    """gluon_gemv.PACED (the ring's tiles before the PDL wait requested one at a time, each stage's weight arrival a
+    plain arrive): the four Qwen3-4B layer products, 1..16 rows, with and without a residual, give the Triton
+    kernel's bits, back to back (so the barriers' phases stay in step across launches)."""
+    from sparkdec.ops import gluon_gemv as gg
+    from sparkdec.ops import triton_gemm as tg
+
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    shapes = [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)]
+    saved = set(gg.PACED)
+    try:
+        gg.PACED.update(shapes)
+        for n, k in shapes:
+            w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
+            x = torch.randn(16, k, device=dev, dtype=dt)
+            r = torch.randn(16, n, device=dev, dtype=dt)
+            for m in (1, 8, 16):
+                for kw in ({}, {"residual": r[:m]}):
+                    assert gg.supports(x[:m], w, 1) is not None
+                    got = [tg.gemm(x[:m], w, **kw) for _ in range(3)]
+                    tg.GLUON = False
+                    ref = tg.gemm(x[:m], w, **kw)
+                    tg.GLUON = True
+                    assert all(torch.equal(g, ref) for g in got), (n, k, m, kw.keys())
+    finally:
+        tg.GLUON = True
+        gg.PACED.clear()
+        gg.PACED.update(saved)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
 def test_split_k_slices_summed_by_the_norm_give_the_same_bits():
     """triton_gemm.SUM_IN_NORM: the o and down products leave their slices to the next RMSNorm kernel
     (ops/partials.py). Two Qwen3-4B-shaped layers, 1 and 8 rows: the same final hidden states and taps, bit for

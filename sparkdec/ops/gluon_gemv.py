@@ -74,6 +74,19 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
+    def _paced_fill(w_desc, w_ring, ready, row, k_begin, PRE: gl.constexpr, NK: gl.constexpr, BK: gl.constexpr):
+        """The ring's first PRE weight tiles, each requested after the one before has landed (on a barrier of its
+        own); each landed tile then counts as its stage's weight arrival on `ready` (a plain arrive)."""
+        pace = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(pace.index(0), count=1)
+        for j in gl.static_range(PRE):
+            if j < NK:
+                _request(w_desc, row, k_begin + j * BK, pace.index(0), w_ring.index(j), True)
+                mbarrier.wait(pace.index(0), j & 1)
+                mbarrier.arrive(ready.index(j))
+        mbarrier.invalidate(pace.index(0))
+
+    @gluon.jit
     def _sum_slices(out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om, stride_rm,
                     SILU: gl.constexpr, RESIDUAL: gl.constexpr, SPLIT_K: gl.constexpr, BN: gl.constexpr,
                     MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
@@ -91,7 +104,7 @@ if AVAILABLE:
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -105,8 +118,11 @@ if AVAILABLE:
         for j in gl.static_range(STAGES):  # XRING: a stage is ready when its weight and its x tile have arrived
             mbarrier.init(ready.index(j), count=2 if XRING else 1)
         # the weights do not depend on the previous kernel: fill the ring (its first PRE stages) before waiting for it
-        for j in gl.static_range(PRE):
-            _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
+        if PACE:  # one tile in flight at a time (see PACED)
+            _paced_fill(w_desc, w_ring, ready, pid_n * BN, k_begin, PRE, NK, BK)
+        else:
+            for j in gl.static_range(PRE):
+                _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
         if PDL:
             gdc_wait()
             if PDL == 2:
@@ -164,6 +180,10 @@ CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 # (weight rows, K) -> weight tiles a program requests before its PDL wait (default: the whole ring). Fewer keep HBM
 # free for the kernel it overlaps (A/B: scripts/ab_decode.py)
 PREFETCH: dict[tuple[int, int], int] = {}
+# (weight rows, K) whose programs request those tiles one at a time, each after the one before has landed: the same
+# bytes before the wait, but at most one tile per program in flight, so the latency-bound kernels the fill overlaps
+# (the o product's fill runs under the attention split) queue behind less of it (session 22, A/B: "o_paced")
+PACED: set[tuple[int, int]] = set()
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -234,7 +254,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, num_warps=4, **extra)
+                                   XRING=bool(xring), DEFER=defer, PACE=tuple(weight.shape) in PACED, num_warps=4,
+                                   **extra)
     return ws if defer else out
 
 
