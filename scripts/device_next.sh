@@ -22,7 +22,8 @@
 #    programs stamped at each dependent step (kv lengths, page ids, keys and values, products: ops/stamps.py columns
 #    4-7) in the attention-alone probe at ctx 16, 1k and 8k, against the unstamped kernel's time
 # 15. (session 22) the products' ring fill before the PDL wait paced (gluon_gemv.PACED: one tile per program in
-#    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o, gate_up, qkv or all four paced
+#    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
+#    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -74,7 +75,7 @@ elif [ "$1" = 14 ]; then
 elif [ "$1" = 15 ]; then
   timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "paced or gluon_products" 2>&1 | tail -1
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048,8192 timeout 400 python scripts/ab_decode.py \
-    $OUT/paced_ab.json qwen3-4b base o_paced gu_paced qkv_paced all_paced base#2 o_paced#2 2>&1 | grep "ctx "
+    $OUT/paced_ab.json qwen3-4b base o_paced o_paced2 short_triton_o_paced base#2 o_paced#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

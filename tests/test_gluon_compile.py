@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False, pace=False):
+                 pre=None, defer=False, pace=0):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -48,8 +48,11 @@ def local_bytes(cubin: bytes) -> int:
     dict(k=4096, split=8, residual=True, pre=1),       # one weight tile before the wait, the rest after it
     dict(k=9728, split=4, stages=6, residual=True, defer=True),  # slices left for the norm kernel to sum
     dict(k=4096, split=8, residual=True, defer=True, pdl=3),     # the next kernel launched at the start (mode 3)
-    dict(k=4096, split=8, residual=True, defer=True, pace=True),  # o: its fill before the wait one tile at a time
-    dict(bk=256, stages=3, xring=0, pace=True),        # paced, x loaded once (one arrival per stage)
+    dict(k=4096, split=8, residual=True, defer=True, pace=1),  # o: its fill before the wait one tile at a time
+    dict(k=4096, split=8, residual=True, defer=True, pace=2),  # two at a time
+    dict(bk=256, stages=3, xring=0, pace=1),           # paced, x loaded once (one arrival per stage)
+    dict(stages=4, pre=2, pace=1),                     # paced, two stages before the wait
+    dict(k=1024, stages=6, pace=1),                    # paced, a ring deeper than the program's tiles
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)

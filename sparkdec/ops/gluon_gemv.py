@@ -74,17 +74,30 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
-    def _paced_fill(w_desc, w_ring, ready, row, k_begin, PRE: gl.constexpr, NK: gl.constexpr, BK: gl.constexpr):
-        """The ring's first PRE weight tiles, each requested after the one before has landed (on a barrier of its
-        own); each landed tile then counts as its stage's weight arrival on `ready` (a plain arrive)."""
-        pace = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(pace.index(0), count=1)
-        for j in gl.static_range(PRE):
-            if j < NK:
-                _request(w_desc, row, k_begin + j * BK, pace.index(0), w_ring.index(j), True)
-                mbarrier.wait(pace.index(0), j & 1)
-                mbarrier.arrive(ready.index(j))
-        mbarrier.invalidate(pace.index(0))
+    def _paced_landed(pace, ready, j, PACE: gl.constexpr):
+        """Wait for weight tile j (on pace barrier j % PACE), then count it as its stage's weight arrival on `ready`
+        (a plain arrive: the stage still waits for its x tile where x rides in the ring)."""
+        mbarrier.wait(pace.index(j % PACE), (j // PACE) & 1)
+        mbarrier.arrive(ready.index(j))
+
+    @gluon.jit
+    def _paced_fill(w_desc, w_ring, ready, pace, row, k_begin, FILL: gl.constexpr, BK: gl.constexpr,
+                    PACE: gl.constexpr):
+        """The ring's first FILL weight tiles with at most PACE in flight: tile j is requested once tile j - PACE has
+        landed. The last PACE are left in flight (_paced_drain)."""
+        for j in gl.static_range(FILL):
+            if j >= PACE:
+                _paced_landed(pace, ready, j - PACE, PACE)
+            _request(w_desc, row, k_begin + j * BK, pace.index(j % PACE), w_ring.index(j), True)
+
+    @gluon.jit
+    def _paced_drain(pace, ready, FILL: gl.constexpr, PACE: gl.constexpr):
+        """Wait for the paced tiles _paced_fill left in flight."""
+        for j in gl.static_range(FILL):
+            if j + PACE >= FILL:
+                _paced_landed(pace, ready, j, PACE)
+        for j in gl.static_range(PACE):
+            mbarrier.invalidate(pace.index(j))
 
     @gluon.jit
     def _sum_slices(out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om, stride_rm,
@@ -118,8 +131,12 @@ if AVAILABLE:
         for j in gl.static_range(STAGES):  # XRING: a stage is ready when its weight and its x tile have arrived
             mbarrier.init(ready.index(j), count=2 if XRING else 1)
         # the weights do not depend on the previous kernel: fill the ring (its first PRE stages) before waiting for it
-        if PACE:  # one tile in flight at a time (see PACED)
-            _paced_fill(w_desc, w_ring, ready, pid_n * BN, k_begin, PRE, NK, BK)
+        if PACE:  # at most PACE tiles in flight (see PACED), on barriers of their own
+            pace = gl.allocate_shared_memory(gl.int64, [PACE, 1], mbarrier.MBarrierLayout())
+            for j in gl.static_range(PACE):
+                mbarrier.init(pace.index(j), count=1)
+            FILL: gl.constexpr = PRE if PRE < NK else NK  # the tiles requested before the wait
+            _paced_fill(w_desc, w_ring, ready, pace, pid_n * BN, k_begin, FILL, BK, PACE)
         else:
             for j in gl.static_range(PRE):
                 _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
@@ -136,6 +153,8 @@ if AVAILABLE:
         else:  # the program's whole x slice, loaded once
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
             _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
+        if PACE:
+            _paced_drain(pace, ready, FILL, PACE)
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, MP, 16])
         acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
@@ -180,10 +199,11 @@ CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 # (weight rows, K) -> weight tiles a program requests before its PDL wait (default: the whole ring). Fewer keep HBM
 # free for the kernel it overlaps (A/B: scripts/ab_decode.py)
 PREFETCH: dict[tuple[int, int], int] = {}
-# (weight rows, K) whose programs request those tiles one at a time, each after the one before has landed: the same
-# bytes before the wait, but at most one tile per program in flight, so the latency-bound kernels the fill overlaps
-# (the o product's fill runs under the attention split) queue behind less of it (session 22, A/B: "o_paced")
-PACED: set[tuple[int, int]] = set()
+# (weight rows, K) -> tiles a program keeps in flight while it fills its ring before the PDL wait (a tile is requested
+# once the one PACE before it has landed): the same bytes before the wait, but fewer queued at once, so the
+# latency-bound kernels the fill overlaps (the o product's fill runs under the attention split) wait behind less of
+# it. Not listed: the whole fill requested at once (session 22, A/B: "o_paced")
+PACED: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -254,7 +274,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=tuple(weight.shape) in PACED, num_warps=4,
+                                   XRING=bool(xring), DEFER=defer, PACE=PACED.get(tuple(weight.shape), 0), num_warps=4,
                                    **extra)
     return ws if defer else out
 
