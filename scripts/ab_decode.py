@@ -156,6 +156,8 @@ for _p in (0, 1, 2):
 # program in flight, so the latency-bound kernels they overlap queue behind less)
 # (first A/B, paced_ab_h200_2026-12-01_session22.json: o paced 1k equal, 2k -1.6%, 8k -0.8% at 1 row, 8 rows +0.5-1.5%;
 # gate_up, qkv or all four paced slower)
+VARIANTS["paced_off"] = {(gluon_gemv, "PACED"): {}}  # (since session 22 o is paced for one row: base)
+VARIANTS["o_paced_rows16"] = {(gluon_gemv, "PACED_ROWS"): 16}  # o paced for 8 rows too
 VARIANTS["o_paced"] = {(gluon_gemv, "PACED"): {O: 1}}
 VARIANTS["o_paced2"] = {(gluon_gemv, "PACED"): {O: 2}}
 VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP: 1}}

@@ -200,10 +200,14 @@ CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 # free for the kernel it overlaps (A/B: scripts/ab_decode.py)
 PREFETCH: dict[tuple[int, int], int] = {}
 # (weight rows, K) -> tiles a program keeps in flight while it fills its ring before the PDL wait (a tile is requested
-# once the one PACE before it has landed): the same bytes before the wait, but fewer queued at once, so the
-# latency-bound kernels the fill overlaps (the o product's fill runs under the attention split) wait behind less of
-# it. Not listed: the whole fill requested at once (session 22, A/B: "o_paced")
-PACED: dict[tuple[int, int], int] = {}
+# once the one PACE before it has landed), for launches of at most PACED_ROWS rows: the same bytes before the wait,
+# but fewer queued at once, so the latency-bound kernels the fill overlaps wait behind less of it. Not listed: the whole
+# fill requested at once. The Qwen3-4B o product (its 21 MB fill runs under the attention split), paced at 1 tile for
+# one row: 4B decode replay at 2k 2.741/2.755 -> 2.719/2.704 ms, at 8k 3.250/3.252 -> 3.218/3.222, at 1k equal
+# (2.610/2.618 -> 2.608/2.615); 8 rows +0.5-0.8% paced, so they are not (paced_ab_h200_2026-12-01_session22*.json;
+# gate_up, qkv or all four products paced: slower). Neither changes bits.
+PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
+PACED_ROWS = 1
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -274,7 +278,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=PACED.get(tuple(weight.shape), 0), num_warps=4,
+                                   XRING=bool(xring), DEFER=defer, PACE=PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0, num_warps=4,
                                    **extra)
     return ws if defer else out
 
