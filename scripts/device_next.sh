@@ -76,6 +76,11 @@ elif [ "$1" = 15 ]; then
   timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "paced or gluon_products" 2>&1 | tail -1
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048,8192 timeout 400 python scripts/ab_decode.py \
     $OUT/paced_ab.json qwen3-4b base o_paced o_paced2 short_triton_o_paced base#2 o_paced#2 2>&1 | grep "ctx "
+elif [ "$1" = 16 ]; then  # (session 22) with o paced: the Gluon split up to 3072 keys at 2k; the 8B's o paced
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=2048 timeout 120 python scripts/ab_decode.py $OUT/paced_gluon_2k_ab.json \
+    qwen3-4b base short_gluon base#2 short_gluon#2 2>&1 | grep "ctx "
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/paced_8b_ab.json \
+    qwen3-8b base o8b_paced base#2 o8b_paced#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
