@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Device runs for the next session (each < 600 s). Session 21 ran step 12 (the L2 hand-off with evict_last: slower,
-# removed) and step 11 (FINE_END 3k/4k: no faster; the 4B bench at 2k with the averaged replay; results
-# *_session21*.json).
+# Device runs for the next session (each < 600 s). Session 22 ran steps 13 (register cap: no gain), 14 (the split's
+# anatomy), 15 (o's fill paced: shipped for one row), 16 and 1 (results *_session22*.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
