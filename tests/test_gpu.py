@@ -793,6 +793,72 @@ def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch):
     assert any(ran) and any(replayed) and not all(replayed)  # captured with the Gluon split, replayed, and left
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
+def test_o_product_reducing_attention_splits_gives_the_same_bits(monkeypatch):
+    """triton_attention.COMBINE_IN_O: the Qwen3-4B o product (Gluon, split-K 8, one head per weight tile) reducing a
+    lone decode row's attention splits itself (ops/gluon_combine.py) gives the bits of the combine kernel then the
+    product, for 1 to 2048 keys (one or two chunks of splits), with the o weight paced or not."""
+    from sparkdec.ops import gluon_gemv
+    from sparkdec.ops import triton_attention as ta
+    from sparkdec.ops import triton_gemm as tg
+    from sparkdec.ops.partials import AttentionSplits
+
+    torch.manual_seed(0)
+    dev, dt, hq, hkv, d, ps = "cuda", torch.bfloat16, 32, 8, 128, 16
+    kc = torch.randn(2100, hkv, d, device=dev, dtype=dt)
+    vc = torch.randn(2100, hkv, d, device=dev, dtype=dt)
+    w = torch.randn(2560, hq * d, device=dev, dtype=dt) / 64
+    r = torch.randn(1, 2560, device=dev, dtype=dt)
+    table = torch.arange(2100 // ps, device=dev, dtype=torch.int64)[None]
+    monkeypatch.setattr(ta, "COMBINE_IN_O", True)
+    ran = []
+    gemv = gluon_gemv.gemv
+    monkeypatch.setattr(gluon_gemv, "gemv", lambda *a, **k: ran.append(k.get("splits") is not None) or gemv(*a, **k))
+    for paced in ({(2560, 4096): 1}, {}):
+        monkeypatch.setattr(gluon_gemv, "PACED", paced)
+        for kv_len, bound in ((1, 1280), (17, 1280), (64, 1280), (65, 1280), (700, 1280), (1024, 1280), (1280, 1280),
+                              (1500, 2048), (2048, 2048)):
+            q = torch.randn(1, hq, d, device=dev, dtype=dt)
+            lens = torch.tensor([kv_len], device=dev, dtype=torch.int32)
+            seq = torch.zeros(1, device=dev, dtype=torch.int64)
+            args = (q, kc, vc, table, seq, lens, ps, bound, d ** -0.5)
+            want = tg.gemm(ta.triton_paged_attention(*args).view(1, -1), w, residual=r)
+            splits = ta.triton_paged_attention(*args, defer=True)
+            assert isinstance(splits, AttentionSplits)
+            ran.clear()
+            assert torch.equal(tg.gemm(splits, w, residual=r), want), (kv_len, bound, paced)
+            assert ran == [True]
+
+
+def test_combine_in_o_keeps_the_tokens(tmp_path, monkeypatch):
+    """COMBINE_IN_O on a model with the Qwen3-4B attention and o shapes: greedy decoding (the short graphs, and eager
+    rows up to 2048 keys) gives the tokens of the combine kernel, and the o product did reduce splits."""
+    from sparkdec.ops import gluon_gemv
+    from sparkdec.ops import triton_attention as ta
+
+    if not gluon_gemv.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon product runs on Hopper (sm_90) with triton 3.6")
+    model = make_target(tmp_path / "o4b", vocab_size=509, hidden_size=2560, intermediate_size=512,
+                        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                        tie_word_embeddings=False, max_position_embeddings=4096)
+    params = SamplingParams(max_tokens=100, ignore_eos=True)
+    prompts = PROMPTS + [list(range(100, 400)) * 4]  # a 1200-token prompt: decoding crosses the 1280-key bound
+    want = {}
+    for graphs in (False, True):
+        llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
+        want[graphs] = [llm.generate([p], params)[0].token_ids for p in prompts]
+        del llm
+    monkeypatch.setattr(ta, "COMBINE_IN_O", True)
+    ran = []
+    gemv = gluon_gemv.gemv
+    monkeypatch.setattr(gluon_gemv, "gemv", lambda *a, **k: ran.append(k.get("splits") is not None) or gemv(*a, **k))
+    for graphs in (False, True):
+        llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
+        assert [llm.generate([p], params)[0].token_ids for p in prompts] == want[graphs], graphs
+        del llm
+    assert want[False] == want[True] and any(ran)
+
+
 def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
     """SPLIT_DEAD_EXIT: the split kernel's programs that hold no key end without their PDL wait (and, with
     SPLIT_KV_TOGETHER, load a step's values with its keys, with SPLIT_PAGES_EARLY, the first step's page ids before the
