@@ -162,7 +162,6 @@ VARIANTS["o_paced"] = {(gluon_gemv, "PACED"): {O: 1}}
 # session 22 (staged): a lone row's attention splits reduced by the o product's programs (no combine kernel)
 VARIANTS["combine_in_o"] = {(triton_attention, "COMBINE_IN_O"): True}
 VARIANTS["combine_in_o_unpaced"] = {**VARIANTS["combine_in_o"], (gluon_gemv, "PACED"): {}}
-VARIANTS["combine_in_o_pairs"] = {**VARIANTS["combine_in_o"], (gluon_gemv, "COMBINE_PAIRS"): True}
 VARIANTS["o8b_paced"] = {(gluon_gemv, "PACED"): {O: 1, (4096, 4096): 1}}  # the Qwen3-8B o product too
 VARIANTS["o_paced2"] = {(gluon_gemv, "PACED"): {O: 2}}
 VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP: 1}}

@@ -797,8 +797,7 @@ def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch):
 def test_o_product_reducing_attention_splits_gives_the_same_bits(monkeypatch):
     """triton_attention.COMBINE_IN_O: the Qwen3-4B o product (Gluon, split-K 8, one head per weight tile) reducing a
     lone decode row's attention splits itself (ops/gluon_combine.py) gives the bits of the combine kernel then the
-    product, for 1 to 2048 keys (one or two chunks of splits), with the o weight paced or not, a head at a time or
-    two heads' loads at once (gluon_gemv.COMBINE_PAIRS)."""
+    product, for 1 to 2048 keys (one or two chunks of splits), with the o weight paced or not."""
     from sparkdec.ops import gluon_gemv
     from sparkdec.ops import triton_attention as ta
     from sparkdec.ops import triton_gemm as tg
@@ -815,9 +814,8 @@ def test_o_product_reducing_attention_splits_gives_the_same_bits(monkeypatch):
     ran = []
     gemv = gluon_gemv.gemv
     monkeypatch.setattr(gluon_gemv, "gemv", lambda *a, **k: ran.append(k.get("splits") is not None) or gemv(*a, **k))
-    for paced, pairs in (({(2560, 4096): 1}, False), ({}, False), ({(2560, 4096): 1}, True)):
+    for paced in ({(2560, 4096): 1}, {}):
         monkeypatch.setattr(gluon_gemv, "PACED", paced)
-        monkeypatch.setattr(gluon_gemv, "COMBINE_PAIRS", pairs)
         for kv_len, bound in ((1, 1280), (17, 1280), (64, 1280), (65, 1280), (700, 1280), (1024, 1280), (1280, 1280),
                               (1500, 2048), (2048, 2048)):
             q = torch.randn(1, hq, d, device=dev, dtype=dt)
@@ -828,7 +826,7 @@ def test_o_product_reducing_attention_splits_gives_the_same_bits(monkeypatch):
             splits = ta.triton_paged_attention(*args, defer=True)
             assert isinstance(splits, AttentionSplits)
             ran.clear()
-            assert torch.equal(tg.gemm(splits, w, residual=r), want), (kv_len, bound, paced, pairs)
+            assert torch.equal(tg.gemm(splits, w, residual=r), want), (kv_len, bound, paced)
             assert ran == [True]
 
 

@@ -48,18 +48,13 @@ if HAVE_GLUON:
         return m_b, m_1, l_1, parts, live_b, live_1
 
     @gluon.jit
-    def _head_loads(acc_ptr, ml_ptr, base, used, D: gl.constexpr, num_warps: gl.constexpr):
-        """Both chunks of one (row, head)'s splits at acc/ml [base ...], loaded."""
+    def combine_head(acc_ptr, ml_ptr, base, used, D: gl.constexpr, num_warps: gl.constexpr):
+        """One (row, head)'s splits at acc/ml [base ...] reduced -> [D] fp32 in SliceLayout(0, BL)
+        (triton_attention._combine_splits, COMBINE_PRELOAD, two chunks)."""
         BL: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])  # [16, D] values
         B1: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])  # [16] maxima and sums
         m0_b, m0_1, l0, p0, live0_b, live0_1 = _chunk(acc_ptr, ml_ptr, base, used, 0, D, BL, B1)
         m1_b, m1_1, l1, p1, live1_b, live1_1 = _chunk(acc_ptr, ml_ptr, base, used, 1, D, BL, B1)
-        return m0_b, m0_1, l0, p0, live0_b, live0_1, m1_b, m1_1, l1, p1, live1_b, live1_1
-
-    @gluon.jit
-    def _head_reduce(used, m0_b, m0_1, l0, p0, live0_b, live0_1, m1_b, m1_1, l1, p1, live1_b, live1_1):
-        """_head_loads' splits reduced -> [D] fp32 in SliceLayout(0, BL) (triton_attention._combine_splits,
-        COMBINE_PRELOAD, two chunks)."""
         m = gl.maximum(gl.maximum(m0_1, float("-inf")), m1_1)
         m_max = gl.max(m, 0)
         total = gl.where(used > 0, gl.sum(gl.where(live0_1, gl.exp(m0_1 - m_max), 0.0) * l0, 0) + 0.0, 0.0)
@@ -72,26 +67,15 @@ if HAVE_GLUON:
         return acc / total
 
     @gluon.jit
-    def _store_x(x_smem, j: gl.constexpr, out, MP: gl.constexpr, D: gl.constexpr, num_warps: gl.constexpr):
-        """One head's combined row (fp32) rounded to bf16 -> x tile j [MP, D] (row 0; the other rows zeros)."""
+    def combine_x_slice(acc_ptr, ml_ptr, x_smem, used, head0, num_splits, NK: gl.constexpr, MP: gl.constexpr,
+                        D: gl.constexpr, num_warps: gl.constexpr):
+        """Heads head0 .. head0 + NK - 1 of row 0, combined and rounded to bf16 -> x_smem [NK, MP, D] (row 0; rows
+        1 .. MP - 1 zeros): the x tiles of a product whose K slice these heads are."""
         XL: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
         rows = gl.arange(0, MP, layout=gl.SliceLayout(1, XL))
-        vals = gl.convert_layout(out.to(gl.bfloat16), gl.SliceLayout(0, XL))
-        x_smem.index(j).store(gl.where((rows == 0)[:, None], vals[None, :], gl.zeros([MP, D], gl.bfloat16, layout=XL)))
-
-    @gluon.jit
-    def combine_x_slice(acc_ptr, ml_ptr, x_smem, used, head0, num_splits, NK: gl.constexpr, MP: gl.constexpr,
-                        D: gl.constexpr, PAIRS: gl.constexpr, num_warps: gl.constexpr):
-        """Heads head0 .. head0 + NK - 1 of row 0, combined and rounded to bf16 -> x_smem [NK, MP, D] (row 0; rows
-        1 .. MP - 1 zeros): the x tiles of a product whose K slice these heads are. PAIRS: two heads' loads issued
-        before either is reduced (a reduction's barriers keep later loads behind it), else one head at a time."""
-        if PAIRS:
-            for j in gl.static_range(0, NK, 2):
-                a = _head_loads(acc_ptr, ml_ptr, (head0 + j).to(gl.int64) * num_splits, used, D, num_warps)
-                b = _head_loads(acc_ptr, ml_ptr, (head0 + j + 1).to(gl.int64) * num_splits, used, D, num_warps)
-                _store_x(x_smem, j, _head_reduce(used, *a), MP, D, num_warps)
-                _store_x(x_smem, j + 1, _head_reduce(used, *b), MP, D, num_warps)
-        else:
-            for j in gl.static_range(NK):  # row 0: (0 * num_heads + head) * num_splits
-                a = _head_loads(acc_ptr, ml_ptr, (head0 + j).to(gl.int64) * num_splits, used, D, num_warps)
-                _store_x(x_smem, j, _head_reduce(used, *a), MP, D, num_warps)
+        for j in gl.static_range(NK):
+            base = (head0 + j).to(gl.int64) * num_splits  # row 0: (0 * num_heads + head) * num_splits
+            out = combine_head(acc_ptr, ml_ptr, base, used, D, num_warps).to(gl.bfloat16)
+            vals = gl.convert_layout(out, gl.SliceLayout(0, XL))
+            tile = gl.where((rows == 0)[:, None], vals[None, :], gl.zeros([MP, D], gl.bfloat16, layout=XL))
+            x_smem.index(j).store(tile)

@@ -161,7 +161,7 @@ if AVAILABLE:
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
             if COMBINE:  # (BK is the head size: tile j of the slice is head k_begin / BK + j)
                 combine_x_slice(cmb_acc_ptr, cmb_ml_ptr, x_bufs, used, k_begin // BK, cmb_splits, NK, MP, BK,
-                                COMBINE == 2, num_warps)
+                                num_warps)
                 fence_async_shared()
                 gl.thread_barrier()
             else:
@@ -221,8 +221,6 @@ PREFETCH: dict[tuple[int, int], int] = {}
 # gate_up, qkv or all four products paced: slower). Neither changes bits.
 PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
 PACED_ROWS = 1
-# (staged with triton_attention.COMBINE_IN_O) reducing a row's attention splits, two heads' loads issued at once
-COMBINE_PAIRS = False
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -297,7 +295,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     fine = splits.fine if splits is not None else {"SPLIT_N": 1, "FINE_N": 1, "FINE_SPLITS": 0}
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
-                                   res.stride(0), *cmb, COMBINE=0 if splits is None else 1 + COMBINE_PAIRS, **fine,
+                                   res.stride(0), *cmb, COMBINE=splits is not None, **fine,
                                    K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
                                    XRING=bool(xring), DEFER=defer, PACE=PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0, num_warps=4,
