@@ -159,9 +159,6 @@ for _p in (0, 1, 2):
 VARIANTS["paced_off"] = {(gluon_gemv, "PACED"): {}}  # (since session 22 o is paced for one row: base)
 VARIANTS["o_paced_rows16"] = {(gluon_gemv, "PACED_ROWS"): 16}  # o paced for 8 rows too
 VARIANTS["o_paced"] = {(gluon_gemv, "PACED"): {O: 1}}
-# session 22 (staged): a lone row's attention splits reduced by the o product's programs (no combine kernel)
-VARIANTS["combine_in_o"] = {(triton_attention, "COMBINE_IN_O"): True}
-VARIANTS["combine_in_o_unpaced"] = {**VARIANTS["combine_in_o"], (gluon_gemv, "PACED"): {}}
 VARIANTS["o8b_paced"] = {(gluon_gemv, "PACED"): {O: 1, (4096, 4096): 1}}  # the Qwen3-8B o product too
 VARIANTS["o_paced2"] = {(gluon_gemv, "PACED"): {O: 2}}
 VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP: 1}}

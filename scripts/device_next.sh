@@ -23,10 +23,6 @@
 # 15. (session 22) the products' ring fill before the PDL wait paced (gluon_gemv.PACED: one tile per program in
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
-# 17. (session 22, staged) triton_attention.COMBINE_IN_O: a lone decode row's attention splits reduced by the o
-#    product's programs (ops/gluon_combine.py) instead of the combine kernel: its two GPU tests (bits of the product,
-#    tokens of a 4B-attention model), then the 4B A/B at 1k, 1280 and 2k keys (the short graph defers up to 1280;
-#    2k: the 3072-key graph, unchanged)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -79,11 +75,6 @@ elif [ "$1" = 15 ]; then
   timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "paced or gluon_products" 2>&1 | tail -1
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048,8192 timeout 400 python scripts/ab_decode.py \
     $OUT/paced_ab.json qwen3-4b base o_paced o_paced2 short_triton_o_paced base#2 o_paced#2 2>&1 | grep "ctx "
-elif [ "$1" = 17 ]; then  # (session 22, staged) the o product reducing a lone row's attention splits
-  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "reducing_attention or combine_in_o" \
-    2>&1 | grep -E "passed|failed|^E  " | head -12
-  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,1280,2048 timeout 300 python scripts/ab_decode.py \
-    $OUT/combine_in_o_ab.json qwen3-4b base combine_in_o combine_in_o_unpaced base#2 combine_in_o#2 2>&1 | grep "ctx "
 elif [ "$1" = 16 ]; then  # (session 22) with o paced: the Gluon split up to 3072 keys at 2k; the 8B's o paced
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=2048 timeout 120 python scripts/ab_decode.py $OUT/paced_gluon_2k_ab.json \
     qwen3-4b base short_gluon base#2 short_gluon#2 2>&1 | grep "ctx "

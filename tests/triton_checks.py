@@ -373,37 +373,6 @@ def check_argmax():
         assert torch.equal(triton_argmax.argmax_rows(y), y.argmax(-1))
 
 
-def check_deferred_combine():
-    """triton_attention.COMBINE_IN_O: a lone decode row with at most 32 splits comes back as its splits
-    (ops/partials.AttentionSplits); a product of them, where no Gluon product can reduce them (here: the CPU), runs
-    the combine kernel first and equals the product of the combined row. Two rows, or more splits, are combined at
-    once. (The GPU test test_o_product_reducing_attention_splits_gives_the_same_bits checks the Gluon reduction.)"""
-    from sparkdec.ops import triton_attention as ta
-    from sparkdec.ops.partials import AttentionSplits
-
-    hq, hkv, d, ps = 4, 2, 16, 16
-    kc, vc = torch.randn(200 * ps, hkv, d), torch.randn(200 * ps, hkv, d)
-    w, r = torch.randn(24, hq * d), torch.randn(1, 24)
-    saved = ta.COMBINE_IN_O
-    ta.COMBINE_IN_O = True
-    try:
-        for kv_len, bound, deferred in ((300, 1280, True), (1500, 2048, True), (1500, 3072, False)):
-            ctx = build_context([(list(range(kv_len // ps + 1)), [kv_len - 1], False)], ps, "cpu")
-            q = torch.randn(1, hq, d)
-            args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, bound, d ** -0.5)
-            want = ta.triton_paged_attention(*args)
-            got = ta.triton_paged_attention(*args, defer=True)
-            assert isinstance(got, AttentionSplits) == deferred, (kv_len, bound)
-            prod = gemm(got if deferred else got.view(1, -1), w, residual=r)
-            assert torch.equal(prod, gemm(want.view(1, -1), w, residual=r)), (kv_len, bound)
-        two = build_context([(list(range(20)), [298, 299], False)], ps, "cpu")
-        q2 = torch.randn(2, hq, d)
-        assert isinstance(ta.triton_paged_attention(q2, kc, vc, two.block_tables, two.row_seq, two.row_kv_len, ps,
-                                                    1280, d ** -0.5, defer=True), torch.Tensor)
-    finally:
-        ta.COMBINE_IN_O = saved
-
-
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -417,5 +386,4 @@ if __name__ == "__main__":
     check_norm_of_slices()
     check_nucleus()
     check_argmax()
-    check_deferred_combine()
     print("ok")

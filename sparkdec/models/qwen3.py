@@ -140,9 +140,8 @@ class Qwen3DecoderLayer(nn.Module):
         qkv = gemm(x, attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
-        # o: [T, Hq, D], or a lone decode row's splits (ops/partials.AttentionSplits) that the o product reduces
-        o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True, defer_combine=True)
-        h = gemm(o.view(t, -1) if isinstance(o, torch.Tensor) else o, attn.o_proj.weight, residual=h, partial=True)
+        o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True)  # [T, Hq, D]
+        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True)
         return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:

@@ -19,13 +19,11 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, page_
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    ctx: ForwardContext, scale: float, own_keys: bool = False, defer_combine: bool = False):
+                    ctx: ForwardContext, scale: float, own_keys: bool = False) -> torch.Tensor:
     """q [T, Hq, D] -> out [T, Hq, D]; keys/values come from the caches [slots, Hkv, D]. own_keys: the forward wrote
-    no key of a row's sequence but the rows' own (target rows; lets a kernel copy older keys before its PDL wait).
-    defer_combine (CUDA): a lone decode row may come back as its splits (ops/partials.AttentionSplits,
-    triton_attention.COMBINE_IN_O) for the o product to reduce."""
+    no key of a row's sequence but the rows' own (target rows; lets a kernel copy older keys before its PDL wait)."""
     if q.is_cuda:
-        return _cuda_attention(q, k_cache, v_cache, ctx, scale, own_keys, defer_combine)
+        return _cuda_attention(q, k_cache, v_cache, ctx, scale, own_keys)
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -48,7 +46,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 
 def _cuda_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
-                    scale: float, own_keys: bool = False, defer_combine: bool = False):
+                    scale: float, own_keys: bool = False) -> torch.Tensor:
     """Generated rows (before ctx.prompt_row) through the split kernel, prompt rows through the prefill kernel:
     which kernel a row takes depends only on what the row is."""
     from sparkdec.ops.triton_attention import triton_paged_attention
@@ -59,13 +57,10 @@ def _cuda_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if p:
         host = ctx.row_kv_len_host[:p] if ctx.row_kv_len_host is not None else None
         blocks = (ctx.block_lead, ctx.block_rows) if ctx.block_lead is not None else None
-        got = triton_paged_attention(q[:p], k_cache, v_cache, ctx.block_tables, ctx.row_seq[:p],
-                                     ctx.row_kv_len[:p], ctx.page_size, max(host) if host else ctx.max_kv_len, scale,
-                                     row_kv_len_host=host, blocks=blocks, blocks_host=ctx.blocks_host, out=out[:p],
-                                     first_written=ctx.positions[:p] if own_keys else None,
-                                     defer=defer_combine and p == ctx.num_tokens)
-        if p == ctx.num_tokens and not isinstance(got, torch.Tensor):  # the splits, for the o product
-            return got
+        triton_paged_attention(q[:p], k_cache, v_cache, ctx.block_tables, ctx.row_seq[:p], ctx.row_kv_len[:p],
+                               ctx.page_size, max(host) if host else ctx.max_kv_len, scale, row_kv_len_host=host,
+                               blocks=blocks, blocks_host=ctx.blocks_host, out=out[:p],
+                               first_written=ctx.positions[:p] if own_keys else None)
     if p < ctx.num_tokens:
         triton_prefill_attention(q, k_cache, v_cache, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ctx.page_size,
                                  ctx.max_kv_len, scale, (ctx.prompt_lead, ctx.prompt_rows), out)

@@ -24,8 +24,6 @@ try:  # Gluon ships with triton >= 3.5; the CPU path and older tritons use the T
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-    from sparkdec.ops.gluon_combine import combine_x_slice, splits_used
     # Gluon is experimental and its API moves between releases: only the version checked on the H200 runs it
     AVAILABLE = triton.__version__.startswith("3.6")
 except ImportError:  # pragma: no cover - depends on the installed triton
@@ -117,12 +115,9 @@ if AVAILABLE:
 
     @gluon.jit
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
-                     cmb_acc_ptr, cmb_ml_ptr, cmb_len_ptr, cmb_splits,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, COMBINE: gl.constexpr,
-                     SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -145,8 +140,6 @@ if AVAILABLE:
         else:
             for j in gl.static_range(PRE):
                 _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
-        if COMBINE:  # x is one decode row's attention splits (gluon_combine.py); its length was staged before
-            used = splits_used(gl.load(cmb_len_ptr), SPLIT_N, FINE_N, FINE_SPLITS)
         if PDL:
             gdc_wait()
             if PDL == 2:
@@ -159,13 +152,7 @@ if AVAILABLE:
                 _request(x_desc, 0, k_begin + j * BK, ready.index(j), x_bufs.index(j), j < NK)
         else:  # the program's whole x slice, loaded once
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
-            if COMBINE:  # (BK is the head size: tile j of the slice is head k_begin / BK + j)
-                combine_x_slice(cmb_acc_ptr, cmb_ml_ptr, x_bufs, used, k_begin // BK, cmb_splits, NK, MP, BK,
-                                num_warps)
-                fence_async_shared()
-                gl.thread_barrier()
-            else:
-                _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
+            _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
         if PACE:
             _paced_drain(pace, ready, FILL, PACE)
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -274,15 +261,11 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int):
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Tensor, counters: torch.Tensor | None,
          cfg: tuple[int, int, int, int], split_k: int, silu: bool, residual: bool, pdl: int,
-         defer: bool = False, splits=None) -> torch.Tensor:
+         defer: bool = False) -> torch.Tensor:
     """The Gluon product into `out` [M, N] (see module docstring); counters: the Triton kernel's split-K arrival
     counters (each tile's last program resets its counter). defer (split_k > 1): only store the slices' partial
-    tiles and return that workspace [split_k, tiles, MP, BN] (ops/partials.py: the next norm kernel sums them).
-    splits (ops/partials.AttentionSplits, combine_fits): x [1, K] is that decode row's attention, reduced from its
-    splits by the product's own programs (x is then only a placeholder of its shape)."""
+    tiles and return that workspace [split_k, tiles, MP, BN] (ops/partials.py: the next norm kernel sums them)."""
     bn, bk, stages, xring = cfg
-    if splits is not None:  # x is computed into the program's whole slice (gluon_combine.py)
-        xring = 0
     m, k = x.shape
     n = out.shape[1]
     mp = row_pad(m)
@@ -291,12 +274,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     if split_k > 1:
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
-    cmb = ((splits.acc, splits.ml, splits.row_kv_len, splits.splits) if splits is not None else (ws, ws, out, 0))
-    fine = splits.fine if splits is not None else {"SPLIT_N": 1, "FINE_N": 1, "FINE_SPLITS": 0}
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
-                                   res.stride(0), *cmb, COMBINE=splits is not None, **fine,
-                                   K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
+                                   res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
                                    XRING=bool(xring), DEFER=defer, PACE=PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0, num_warps=4,
                                    **extra)

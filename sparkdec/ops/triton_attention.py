@@ -12,8 +12,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.engine.context import BLOCK_ROWS
-from sparkdec.ops import gluon_combine, gluon_split, stamps
-from sparkdec.ops.partials import AttentionSplits
+from sparkdec.ops import gluon_split, stamps
 from sparkdec.ops.stamps import stamp, stamp_after, stamp_value
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
@@ -79,11 +78,6 @@ COMBINE_WHILE = True
 # the unrolled chunks' loads issued together before the first reduction (same operations): 4B decode replay at 8k
 # 3.313 -> 3.232 ms, 8 rows 3.611 -> 3.581; at 1k within 0.01 (load_schedules_ab_h200_2026-12-01_session20.json)
 COMBINE_PRELOAD = True
-# (staged, off) a lone decode row whose keys fit in 2 chunks of splits (at most 32: 2048 keys) skips the combine
-# kernel: attention returns its splits (ops/partials.AttentionSplits) and the o product's programs reduce them
-# into their x tiles (ops/gluon_combine.py, the combine kernel's bits): one kernel and one memory round trip less on
-# the chain. Where the o product cannot (not Gluon, other tiles), the combine kernel runs just before it
-COMBINE_IN_O = False
 
 
 @triton.jit
@@ -397,8 +391,7 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
                            blocks_host: list[tuple[int, int]] | None = None,
                            out: torch.Tensor | None = None,
-                           first_written: torch.Tensor | None = None,
-                           defer: bool = False) -> torch.Tensor | AttentionSplits:
+                           first_written: torch.Tensor | None = None) -> torch.Tensor:
     """q [T, Hq, D]; caches [slots, Hkv, D]; block_tables [S, P]; row_seq, row_kv_len [T] -> [T, Hq, D].
     blocks = (lead [G], rows [G]) int32: row blocks (consecutive rows of one sequence, engine/context.py) whose
     key/value loads are shared, one per program row (lead -1: none); None: every row alone.
@@ -407,8 +400,7 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     depend on each other). out: where to write (a fresh tensor if None). first_written [T] int64 (staged before
     the forward): each row's own position, where the caller vouches that the forward writes no key of a row's
     sequence but its rows' own (a layer's attention); given, the Gluon split kernel (GLUON_SPLIT) copies the keys
-    before a block's first row before its PDL wait. defer: a lone decode row may come back as its splits
-    (COMBINE_IN_O), for the o product to reduce."""
+    before a block's first row before its PDL wait."""
     t, hq, d = q.shape
     out = torch.empty_like(q) if out is None else out
     if blocks is None:
@@ -417,9 +409,9 @@ def triton_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         blocks_host = blocks_host or [(r, 1) for r in range(t)]
     per_row = hq * num_splits(max_kv_len) * (d + 2) * 4
     if row_kv_len_host is None or blocks_host is None or t * per_row <= WORKSPACE_BYTES:
-        splits = _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out,
-                         blocks, first_written, defer)
-        return out if splits is None else splits
+        _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size, max_kv_len, scale, out, blocks,
+                first_written)
+        return out
     for group in _block_ranges(blocks_host, max(BLOCK_ROWS, WORKSPACE_BYTES // per_row)):
         r0, r1 = group[0][0], group[-1][0] + group[-1][1]
         lead = torch.tensor([a - r0 for a, _ in group], dtype=torch.int32).to(q.device, non_blocking=True)
@@ -469,18 +461,8 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
                              **pdl_args("combine"), **stamps.args("combine", acc))
 
 
-def combine_deferrable(t: int, splits: int) -> bool:
-    """Can the combine of these rows be left to the o product (COMBINE_IN_O; ops/gluon_combine.py reduces two
-    unrolled chunks, as the combine kernel does with COMBINE_PRELOAD)?"""
-    return (COMBINE_IN_O and t == 1 and splits <= gluon_combine.CHUNK * gluon_combine.CHUNKS
-            and CHUNK == gluon_combine.CHUNK and COMBINE_UNROLL and COMBINE_PRELOAD and COMBINE_STATIC_CHUNKS >= 2)
-
-
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,
-            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor], first_written=None,
-            defer: bool = False) -> AttentionSplits | None:
-    """The split kernel, then the combine into out; defer (where combine_deferrable): no combine, the splits are
-    returned for the o product."""
+            out: torch.Tensor, blocks: tuple[torch.Tensor, torch.Tensor], first_written=None) -> None:
     t, hq, d = q.shape
     hkv = k_cache.shape[1]
     group = hq // hkv
@@ -513,7 +495,4 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             **({} if SPLIT_STAGES is None else {"num_stages": SPLIT_STAGES}),
             **({} if SPLIT_MAXNREG is None else {"maxnreg": SPLIT_MAXNREG}), **pdl_args("split"),
             **stamps.args("split", acc))
-    if defer and combine_deferrable(t, splits):
-        return AttentionSplits(acc, ml, row_kv_len, out.view(t, -1), splits, fine)
     combine(acc, ml, row_kv_len, out, splits, fine)
-    return None

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from sparkdec.env import choice, flag
 from sparkdec.ops import gluon_gemv
-from sparkdec.ops.partials import AttentionSplits, Partials, materialised_attention
+from sparkdec.ops.partials import Partials
 from sparkdec.ops.tile_tables import read_table
 
 BLOCK_M = 16
@@ -270,17 +270,6 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
     return gemm(gemm(x, gate_up, silu=True), down, residual=h, partial=True)
 
 
-def _reduces_splits(splits: AttentionSplits, x: torch.Tensor, weight: torch.Tensor, silu: bool) -> bool:
-    """Can the Gluon product of x (one row) by weight reduce these attention splits as its x (each program's K
-    slice whole heads, one weight tile a head)?"""
-    if not GLUON or silu or x.shape[0] != 1:
-        return False
-    split_k = split_k_of(weight.shape[0], x.shape[1])
-    cfg = gluon_gemv.supports(x, weight, split_k)
-    head = x.shape[1] // (splits.ml.numel() // (2 * splits.splits))
-    return cfg is not None and cfg[1] == head and (x.shape[1] // split_k) % head == 0
-
-
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
          out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
@@ -289,14 +278,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
     than x's gets that rounding too. partial (with a residual): where SUM_IN_NORM holds
     and a split-K Gluon launch runs it, return its unsummed slices (ops/partials.Partials, for the next norm
-    kernel) instead of the tensor. x may be a decode row's attention splits (ops/partials.AttentionSplits): the
-    Gluon product's programs reduce them where its tiles allow (head-sized K tiles), else the combine kernel
-    runs first."""
-    splits = None
-    if isinstance(x, AttentionSplits):
-        splits, x = x, x.out  # x: a placeholder of the row's shape until the splits are reduced
-        if not _reduces_splits(splits, x, weight, silu):
-            x, splits = materialised_attention(splits), None
+    kernel) instead of the tensor."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -315,7 +297,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         defer = (partial and SUM_IN_NORM and split_k > 1 and residual is not None and not silu
                  and out.dtype == x.dtype)
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                              pdl_mode("gluon"), defer=defer, splits=splits)
+                              pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
             return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
         return got
