@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device runs for the next session (each < 600 s). Session 22 ran steps 13 (register cap: no gain), 14 (the split's
-# anatomy), 15 (o's fill paced: shipped for one row), 16 and 1 (results *_session22*.json).
+# anatomy), 15 (o's fill paced: shipped for one row), 16 and 1, and the combine folded into o (equal, removed;
+# results *_session22*.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
