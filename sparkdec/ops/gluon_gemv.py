@@ -204,7 +204,8 @@ PREFETCH: dict[tuple[int, int], int] = {}
 # but fewer queued at once, so the latency-bound kernels the fill overlaps wait behind less of it. Not listed: the whole
 # fill requested at once. The Qwen3-4B o product (its 21 MB fill runs under the attention split), paced at 1 tile for
 # one row: 4B decode replay at 2k 2.741/2.755 -> 2.719/2.704 ms, at 8k 3.250/3.252 -> 3.218/3.222, at 1k equal
-# (2.610/2.618 -> 2.608/2.615); 8 rows +0.5-0.8% paced, so they are not (paced_ab_h200_2026-12-01_session22*.json;
+# (2.610/2.618 -> 2.608/2.615); decode ms/token 2k -0.5%, 8k -0.8 to -1%; 8 rows +0.5-0.8% paced, so they are not
+# (paced_ab_h200_2026-12-01_session22*.json;
 # gate_up, qkv or all four products paced: slower). Neither changes bits.
 PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
 PACED_ROWS = 1
