@@ -275,12 +275,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     if split_k > 1:
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
+    pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0, num_warps=4,
-                                   **extra)
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, num_warps=4, **extra)
     return ws if defer else out
 
 
