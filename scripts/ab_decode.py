@@ -159,13 +159,13 @@ for _p in (0, 1, 2):
 VARIANTS["paced_off"] = {(gluon_gemv, "PACED"): {}}  # (since session 22 o is paced for one row: base)
 VARIANTS["o_paced_rows16"] = {(gluon_gemv, "PACED_ROWS"): 16}  # o paced for 8 rows too
 VARIANTS["o_paced"] = {(gluon_gemv, "PACED"): {O: 1}}
-# (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
-# 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["o8b_paced"] = {(gluon_gemv, "PACED"): {O: 1, (4096, 4096): 1}}  # the Qwen3-8B o product too
 VARIANTS["o_paced2"] = {(gluon_gemv, "PACED"): {O: 2}}
 VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP: 1}}
 VARIANTS["qkv_paced"] = {(gluon_gemv, "PACED"): {QKV: 1}}
 VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN: 1}}
+# (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
+# 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}
 # session 15: the post-o norm and the combine asking for 100-200 KB of shared memory they do not use, so that no
 # product program filling its ring shares their SM: no change at 1 row, 8 rows slower (code removed;
