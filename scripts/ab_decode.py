@@ -23,7 +23,7 @@ from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, 
 from sparkdec.bench.shapes import param_bytes, random_models
 from sparkdec.engine import graphs
 from sparkdec.engine.graphs import patched
-from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_fused, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, gluon_mlp, l2_warm, triton_attention, triton_fused, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -164,6 +164,13 @@ VARIANTS["o_paced2"] = {(gluon_gemv, "PACED"): {O: 2}}
 VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP: 1}}
 VARIANTS["qkv_paced"] = {(gluon_gemv, "PACED"): {QKV: 1}}
 VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN: 1}}
+# session 23: gate_up's first weight columns read into L2 by a kernel on a parallel graph branch (forked after qkv),
+# one [64, 128] tile per program in flight (ops/l2_warm.py): 512 columns are gate_up's first ring fill (19.9 MB)
+for _c in (512, 768):
+    VARIANTS[f"warm_gu{_c}"] = {(l2_warm, "COLS"): _c}
+VARIANTS["warm_gu512_last"] = {(l2_warm, "COLS"): 512, (l2_warm, "EVICT_LAST"): True}
+VARIANTS["warm_gu512_p66"] = {(l2_warm, "COLS"): 512, (l2_warm, "PROGRAMS"): 66}
+VARIANTS["warm_gu512_p264"] = {(l2_warm, "COLS"): 512, (l2_warm, "PROGRAMS"): 264}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

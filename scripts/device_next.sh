@@ -24,6 +24,8 @@
 # 15. (session 22) the products' ring fill before the PDL wait paced (gluon_gemv.PACED: one tile per program in
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
+# 17. (session 23) gate_up's first weight columns read into L2 by a kernel on a parallel graph branch forked after
+#    qkv (ops/l2_warm.py): its tokens test, the 4B A/B at 1k and 8k, and both timelines at 1k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -81,6 +83,12 @@ elif [ "$1" = 16 ]; then  # (session 22) with o paced: the Gluon split up to 307
     qwen3-4b base short_gluon base#2 short_gluon#2 2>&1 | grep "ctx "
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/paced_8b_ab.json \
     qwen3-8b base o8b_paced base#2 o8b_paced#2 2>&1 | grep "ctx "
+elif [ "$1" = 17 ]; then  # (session 23) gate_up's first columns read into L2 on a parallel graph branch
+  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "l2_warm" 2>&1 | tail -1
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/l2_warm_ab.json \
+    qwen3-4b base warm_gu512 warm_gu768 warm_gu512_last warm_gu512_p66 base#2 warm_gu512#2 2>&1 | grep "ctx "
+  TIMELINE_VARIANTS=base,warm_gu512 timeout 100 python scripts/graph_timeline.py $OUT/graph_timeline_warm.json 2>&1 \
+    | grep -E "^==|^decode|touch|_norm_slices|gemv|split|combine|rope" | head -80
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
