@@ -837,6 +837,7 @@ def test_l2_warm_branch_keeps_the_tokens_and_reads_the_columns(tmp_path, monkeyp
     monkeypatch.setattr(l2_warm, "COLS", 256)
     for graphs in (True, False):
         llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
+        assert (llm.engine.runner.graphs is not None) == graphs  # captured with the branch, not fallen back to eager
         assert [o.token_ids for o in llm.generate(PROMPTS, params)] == want, graphs
     w = torch.ones(200, 384, dtype=torch.bfloat16, device="cuda")
     sink = torch.zeros(8, device="cuda")

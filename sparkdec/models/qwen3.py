@@ -195,10 +195,10 @@ class Qwen3ForCausalLM(nn.Module):
             h = layer(h, ctx, kv_layers[i], self.rope)
             if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
                 taps.append(materialised(h))
-        if h.is_cuda:
+        if h.is_cuda and not torch.cuda.is_current_stream_capturing():
             from sparkdec.ops import l2_warm
 
-            l2_warm.join()  # the side stream's L2 reads (off by default) end before the forward does
+            l2_warm.join()  # eager: the side stream's L2 reads end here (a graph joins them at its end: capture_one)
         return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
