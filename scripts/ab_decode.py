@@ -171,6 +171,13 @@ for _c in (512, 768):
 VARIANTS["warm_gu512_last"] = {(l2_warm, "COLS"): 512, (l2_warm, "EVICT_LAST"): True}
 VARIANTS["warm_gu512_p66"] = {(l2_warm, "COLS"): 512, (l2_warm, "PROGRAMS"): 66}
 VARIANTS["warm_gu512_p264"] = {(l2_warm, "COLS"): 512, (l2_warm, "PROGRAMS"): 264}
+# (first run, l2_warm_ab_h200_2026-12-01_session23.json: every form slower, 1k replay 2.577 -> 2.647-2.667, 8k 3.19 ->
+# 3.44-3.59; the timeline: the norm after o 5.6 -> 3.3 us, but o 4.8 -> 7.5 us after the combine, its paced fill
+# slowed by the reads). The same reads held DELAY ns, with o's fill requested at once (done by then) or paced:
+for _d in (3000, 5000, 7000):
+    VARIANTS[f"warm_d{_d // 1000}_unpaced"] = {(l2_warm, "COLS"): 512, (l2_warm, "DELAY_NS"): _d,
+                                               (gluon_gemv, "PACED"): {}}
+VARIANTS["warm_d5"] = {(l2_warm, "COLS"): 512, (l2_warm, "DELAY_NS"): 5000}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

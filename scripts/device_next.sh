@@ -26,6 +26,7 @@
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
 # 17. (session 23) gate_up's first weight columns read into L2 by a kernel on a parallel graph branch forked after
 #    qkv (ops/l2_warm.py): its tokens test, the 4B A/B at 1k and 8k, and both timelines at 1k
+# 18. (session 23) the same reads held 3-7 us (l2_warm.DELAY_NS), o's fill paced or at once: A/B, timelines
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -88,7 +89,12 @@ elif [ "$1" = 17 ]; then  # (session 23) gate_up's first columns read into L2 on
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/l2_warm_ab.json \
     qwen3-4b base warm_gu512 warm_gu768 warm_gu512_last warm_gu512_p66 base#2 warm_gu512#2 2>&1 | grep "ctx "
   TIMELINE_VARIANTS=base,warm_gu512 timeout 100 python scripts/graph_timeline.py $OUT/graph_timeline_warm.json 2>&1 \
-    | grep -E "^==|^decode|touch|_norm_slices|gemv|split|combine|rope" | head -80
+    > $OUT/timeline.txt
+elif [ "$1" = 18 ]; then  # (session 23) the L2 reads held DELAY ns so that o's fill lands first
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/l2_warm_delay_ab.json \
+    qwen3-4b base paced_off warm_d3_unpaced warm_d5_unpaced warm_d7_unpaced warm_d5 base#2 2>&1 | grep "ctx "
+  TIMELINE_VARIANTS=paced_off,warm_d5_unpaced timeout 100 python scripts/graph_timeline.py \
+    $OUT/graph_timeline_warm_delay.json > $OUT/timeline.txt 2>&1
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
