@@ -23,7 +23,7 @@ from sparkdec.bench.kernels import (copy_bandwidth, decode_ms, graph_replay_ms, 
 from sparkdec.bench.shapes import param_bytes, random_models
 from sparkdec.engine import graphs
 from sparkdec.engine.graphs import patched
-from sparkdec.ops import gluon_gemv, gluon_mlp, l2_warm, triton_attention, triton_fused, triton_gemm, triton_markov
+from sparkdec.ops import gluon_gemv, gluon_mlp, triton_attention, triton_fused, triton_gemm, triton_markov
 
 VARIANTS = {
     "base": {},
@@ -164,20 +164,9 @@ VARIANTS["o_paced2"] = {(gluon_gemv, "PACED"): {O: 2}}
 VARIANTS["gu_paced"] = {(gluon_gemv, "PACED"): {GATE_UP: 1}}
 VARIANTS["qkv_paced"] = {(gluon_gemv, "PACED"): {QKV: 1}}
 VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN: 1}}
-# session 23: gate_up's first weight columns read into L2 by a kernel on a parallel graph branch (forked after qkv),
-# one [64, 128] tile per program in flight (ops/l2_warm.py): 512 columns are gate_up's first ring fill (19.9 MB)
-for _c in (512, 768):
-    VARIANTS[f"warm_gu{_c}"] = {(l2_warm, "COLS"): _c}
-VARIANTS["warm_gu512_last"] = {(l2_warm, "COLS"): 512, (l2_warm, "EVICT_LAST"): True}
-VARIANTS["warm_gu512_p66"] = {(l2_warm, "COLS"): 512, (l2_warm, "PROGRAMS"): 66}
-VARIANTS["warm_gu512_p264"] = {(l2_warm, "COLS"): 512, (l2_warm, "PROGRAMS"): 264}
-# (first run, l2_warm_ab_h200_2026-12-01_session23.json: every form slower, 1k replay 2.577 -> 2.647-2.667, 8k 3.19 ->
-# 3.44-3.59; the timeline: the norm after o 5.6 -> 3.3 us, but o 4.8 -> 7.5 us after the combine, its paced fill
-# slowed by the reads). The same reads held DELAY ns, with o's fill requested at once (done by then) or paced:
-for _d in (3000, 5000, 7000):
-    VARIANTS[f"warm_d{_d // 1000}_unpaced"] = {(l2_warm, "COLS"): 512, (l2_warm, "DELAY_NS"): _d,
-                                               (gluon_gemv, "PACED"): {}}
-VARIANTS["warm_d5"] = {(l2_warm, "COLS"): 512, (l2_warm, "DELAY_NS"): 5000}
+# (session 23: gate_up's first weight columns read into L2 by a kernel on a parallel graph branch forked after qkv,
+# "warm_gu*" and held 3-7 us "warm_d*": same tokens, every form slower, 1k replay 2.577 -> 2.647-2.696 ms, 8k 3.19 ->
+# 3.44-3.75; l2_warm_*_session23.json; code in 5a294d8, 87c1842, d730b74)
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

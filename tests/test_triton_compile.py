@@ -119,18 +119,3 @@ def test_split_register_cap_fits_more_programs_per_sm_with_the_same_operations(c
     assert resource_usage(free.asm["cubin"])["REG"] > 168 >= cap >= resource_usage(capped.asm["cubin"])["REG"]
     lines = [x for x in capped.asm["ptx"].splitlines() if ".maxnreg" not in x]
     assert lines == free.asm["ptx"].splitlines() and ".maxnreg" in capped.asm["ptx"]
-
-
-@pytest.mark.parametrize("evict", [False, True])
-def test_l2_warm_reads_one_tile_per_iteration_without_shared_memory(evict):
-    """ops/l2_warm: each loop iteration issues a [64, 128] tile's vector loads (.cg into L2, or with an evict_last
-    policy) before it uses them, and the kernel asks for no shared memory beyond its final reduction."""
-    from sparkdec.ops import l2_warm
-
-    k = compiled(l2_warm._touch_kernel, {"w_ptr": "*bf16", "sink_ptr": "*fp32", "rows": "i32", "stride": "i32"},
-                 dict(COL_TILES=4, TILE_R=64, TILE_C=128, EVICT=evict), ("stride",))
-    ptx = k.asm["ptx"]
-    load = "ld.global.L1::evict_last.L2::cache_hint.v4" if evict else "ld.global.cg.v4"
-    loop = ptx[ptx.index("Inner Loop Header"):]
-    assert loop.count(load) == 8 and loop.index(load) < loop.index("cvt.f32.bf16")
-    assert k.metadata.shared <= 64

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
-from sparkdec.ops import l2_warm
 from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
@@ -80,7 +79,6 @@ def capture_one(forward, t: int, pool) -> tuple:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = forward(t)
-            l2_warm.join()  # the side branch's last node joins at the graph's end, not before a PDL launch
         return graph, out
     finally:
         gc.enable()

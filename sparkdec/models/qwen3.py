@@ -130,7 +130,6 @@ class Qwen3DecoderLayer(nn.Module):
         triton_gemm.SUM_IN_NORM, as a product's unsummed slices that the next norm kernel sums (ops/partials.py).
         Folding the norms into the Triton and Gluon products, and the q/k norm + RoPE into the attention split
         kernel, were measured slower on the H200."""
-        from sparkdec.ops import l2_warm
         from sparkdec.ops.triton_fused import norm_of, qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
         from sparkdec.ops.triton_gemm import mlp as mlp_block
@@ -139,7 +138,6 @@ class Qwen3DecoderLayer(nn.Module):
         t = h.shape[0]
         x, h = norm_of(h, ln1.weight, ln1.eps)  # h: a tensor, or the last product's unsummed slices (ops/partials.py)
         qkv = gemm(x, attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
-        l2_warm.fork(mlp.gate_up_weight)  # staged, off: gate_up's first columns read into L2 beside the attention
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True)  # [T, Hq, D]
@@ -195,10 +193,6 @@ class Qwen3ForCausalLM(nn.Module):
             h = layer(h, ctx, kv_layers[i], self.rope)
             if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
                 taps.append(materialised(h))
-        if h.is_cuda and not torch.cuda.is_current_stream_capturing():
-            from sparkdec.ops import l2_warm
-
-            l2_warm.join()  # eager: the side stream's L2 reads end here (a graph joins them at its end: capture_one)
         return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
