@@ -167,13 +167,8 @@ VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN:
 # (session 23: gate_up's first weight columns read into L2 by a kernel on a parallel graph branch forked after qkv,
 # "warm_gu*" and held 3-7 us "warm_d*": same tokens, every form slower, 1k replay 2.577 -> 2.647-2.696 ms, 8k 3.19 ->
 # 3.44-3.75; l2_warm_*_session23.json; code in 5a294d8, 87c1842, d730b74)
-# session 23: gate_up's (or qkv's) ring fill held at its start (gluon_gemv.DELAY), so that the RMSNorm before it
-# loads its slices before the 20-30 MB fill floods HBM
-for _ns in (500, 1000, 1500, 2500):
-    VARIANTS[f"gu_delay{_ns}"] = {(gluon_gemv, "DELAY"): {GATE_UP: _ns}}
-for _ns in (500, 1000):
-    VARIANTS[f"qkv_delay{_ns}"] = {(gluon_gemv, "DELAY"): {QKV: _ns}}
-VARIANTS["gu_qkv_delay1000"] = {(gluon_gemv, "DELAY"): {GATE_UP: 1000, QKV: 1000}}
+# (session 23: gate_up's or qkv's ring fill held 0.5-2.5 us at its start, "gu_delay*"/"qkv_delay*": slower in
+# proportion to the hold, 1k 2.60 -> 2.61-2.68 ms; fill_delay_ab_h200_2026-12-01_session23.json; code in dfaa1b4)
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device runs for the next session (each < 600 s). Session 22 ran steps 13 (register cap: no gain), 14 (the split's
 # anatomy), 15 (o's fill paced: shipped for one row), 16 and 1, and the combine folded into o (equal, removed;
-# results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18, removed: slower; *_session23*.json).
+# results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18) and held fills (19): slower, removed (*_session23*.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
@@ -24,7 +24,6 @@
 # 15. (session 22) the products' ring fill before the PDL wait paced (gluon_gemv.PACED: one tile per program in
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
-# 19. (session 23) gate_up's and qkv's ring fill held 0.5-2.5 us at the program's start (gluon_gemv.DELAY): bits, A/B
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -82,11 +81,6 @@ elif [ "$1" = 16 ]; then  # (session 22) with o paced: the Gluon split up to 307
     qwen3-4b base short_gluon base#2 short_gluon#2 2>&1 | grep "ctx "
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/paced_8b_ab.json \
     qwen3-8b base o8b_paced base#2 o8b_paced#2 2>&1 | grep "ctx "
-elif [ "$1" = 19 ]; then  # (session 23) gate_up's / qkv's ring fill held at the start (gluon_gemv.DELAY)
-  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "paced_fill" 2>&1 | tail -1
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 400 python scripts/ab_decode.py $OUT/delay_ab.json \
-    qwen3-4b base gu_delay500 gu_delay1000 gu_delay1500 gu_delay2500 qkv_delay500 qkv_delay1000 gu_qkv_delay1000 \
-    base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

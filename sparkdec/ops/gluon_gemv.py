@@ -67,27 +67,6 @@ if AVAILABLE:
             v = (r.to(gl.float32) + v.to(gl.float32)).to(DT)
         gl.store(out_ptr + m[None, :] * stride_om + n[:, None], v.to(out_ptr.dtype.element_ty), mask=mask)
 
-    # this thread waits until %globaltimer has advanced $1 ns (DELAY): a spin with short sleeps, a unique label per use
-    _DELAY_ASM: gl.constexpr = gl.constexpr("""{
-.reg .u64 t0, t1, dt;
-.reg .pred p;
-mov.u64 t0, %globaltimer;
-DELAY${:uid}:
-nanosleep.u32 64;
-mov.u64 t1, %globaltimer;
-sub.u64 dt, t1, t0;
-setp.lt.u64 p, dt, $1;
-@p bra DELAY${:uid};
-mov.u32 $0, 0;
-}""")
-
-    @gluon.jit
-    def _delay(ns: gl.constexpr, num_warps: gl.constexpr):
-        """Hold the program for about ns nanoseconds before what follows (DELAY)."""
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        wait = gl.full([32 * num_warps], ns, gl.int64, layout=lay)
-        gl.inline_asm_elementwise(_DELAY_ASM, "=r,l", [wait], dtype=gl.int32, is_pure=False, pack=1)
-
     @gluon.jit
     def _request(desc, row, col, bar, dst, pred):
         """One TMA tile desc[row:, col:] -> dst, completing on bar (pred: issue it at all)."""
@@ -138,8 +117,7 @@ mov.u32 $0, 0;
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, DELAY_NS: gl.constexpr = 0,
-                     num_warps: gl.constexpr = 4):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -152,8 +130,6 @@ mov.u32 $0, 0;
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for j in gl.static_range(STAGES):  # XRING: a stage is ready when its weight and its x tile have arrived
             mbarrier.init(ready.index(j), count=2 if XRING else 1)
-        if DELAY_NS > 0:  # (DELAY) the ring fill waits, so that the latency-bound kernel before goes first in HBM
-            _delay(DELAY_NS, num_warps)
         # the weights do not depend on the previous kernel: fill the ring (its first PRE stages) before waiting for it
         if PACE:  # at most PACE tiles in flight (see PACED), on barriers of their own
             pace = gl.allocate_shared_memory(gl.int64, [PACE, 1], mbarrier.MBarrierLayout())
@@ -233,12 +209,6 @@ PREFETCH: dict[tuple[int, int], int] = {}
 # gate_up, qkv or all four products paced: slower). Neither changes bits.
 PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
 PACED_ROWS = 1
-# (weight rows, K) -> ns a program waits at its start before it fills its ring (staged, A/B only; empty: off). Session
-# 21 held o's fill (no faster); session 23 holds gate_up's and qkv's, whose programs start as the previous product's
-# leave and fill 20-30 MB while the RMSNorm before them runs: in the l2_warm timeline
-# (graph_timeline_l2_warm_h200_2026-12-01_session23.json) that norm took 3.3 us instead of 5.6 once gate_up's fill came
-# from L2. Bits never change.
-DELAY: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -310,8 +280,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=pace,
-                                   DELAY_NS=DELAY.get(tuple(weight.shape), 0), num_warps=4, **extra)
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, num_warps=4, **extra)
     return ws if defer else out
 
 
