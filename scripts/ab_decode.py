@@ -169,6 +169,14 @@ VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN:
 # 3.44-3.75; l2_warm_*_session23.json; code in 5a294d8, 87c1842, d730b74)
 # (session 23: gate_up's or qkv's ring fill held 0.5-2.5 us at its start, "gu_delay*"/"qkv_delay*": slower in
 # proportion to the hold, 1k 2.60 -> 2.61-2.68 ms; fill_delay_ab_h200_2026-12-01_session23.json; code in dfaa1b4)
+# session 23: the short graph's Gluon split with buffers for one step (48 KB instead of 80: GLUON_ONE_STEP), so that
+# more o programs are resident beside it during the chain; o's ring of 3 or 2 stages (54 / 36 KB: three per SM beside
+# a one-step split), or o at split-K 16 (other bits: its tokens differ from base's)
+_ONE = {(triton_attention, "GLUON_ONE_STEP"): True}
+VARIANTS["split1"] = _ONE
+VARIANTS["o_st3"] = _tiles(gluon={O: (64, 128, 3, 1)})
+for _o in ("o_st3", "o_st2", "o_s16"):
+    VARIANTS[f"split1_{_o}"] = {**_ONE, **VARIANTS[_o]}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

@@ -24,6 +24,7 @@
 # 15. (session 22) the products' ring fill before the PDL wait paced (gluon_gemv.PACED: one tile per program in
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
+# 20. (session 23) the Gluon split's one-step buffers (48 KB, GLUON_ONE_STEP) and o's ring depth: bits, A/B
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -81,6 +82,11 @@ elif [ "$1" = 16 ]; then  # (session 22) with o paced: the Gluon split up to 307
     qwen3-4b base short_gluon base#2 short_gluon#2 2>&1 | grep "ctx "
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/paced_8b_ab.json \
     qwen3-8b base o8b_paced base#2 o8b_paced#2 2>&1 | grep "ctx "
+elif [ "$1" = 20 ]; then  # (session 23) shared memory in the attention window: one-step split buffers, o's ring
+  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "one_step or gluon_split_gives" \
+    2>&1 | tail -1
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 420 python scripts/ab_decode.py $OUT/smem_ab.json \
+    qwen3-4b base split1 o_st3 split1_o_st3 o_st2 split1_o_st2 split1_o_s16 base#2 split1#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
