@@ -177,6 +177,14 @@ VARIANTS["split1"] = _ONE
 VARIANTS["o_st3"] = _tiles(gluon={O: (64, 128, 3, 1)})
 for _o in ("o_st3", "o_st2", "o_s16"):
     VARIANTS[f"split1_{_o}"] = {**_ONE, **VARIANTS[_o]}
+# (first run, smem_ab_h200_2026-12-01_session23.json: o_st3 1k replay 2.578/2.582 -> 2.540, 8k 3.186/3.190 -> 3.163,
+# 8 rows 2.793 -> 2.799 and 3.541 -> 3.559; split1 alone equal, with o_st3 2.534; o_st2 and o split-K 16 slower).
+# The same ring for a lone row only (gluon_gemv.LONE_ROW_STAGES), paced or at once:
+_LONE3 = {(gluon_gemv, "LONE_ROW_STAGES"): {O: 3}}
+VARIANTS["lone3"] = _LONE3
+VARIANTS["split1_lone3"] = {**_ONE, **_LONE3}
+VARIANTS["lone3_unpaced"] = {**_LONE3, (gluon_gemv, "PACED"): {}}
+VARIANTS["split1_lone3_unpaced"] = {**_ONE, **_LONE3, (gluon_gemv, "PACED"): {}}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

@@ -25,6 +25,7 @@
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
 # 20. (session 23) the Gluon split's one-step buffers (48 KB, GLUON_ONE_STEP) and o's ring depth: bits, A/B
+# 21. (session 23) o's ring of 3 stages for a lone row (gluon_gemv.LONE_ROW_STAGES), paced or not, one-step split
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -87,6 +88,10 @@ elif [ "$1" = 20 ]; then  # (session 23) shared memory in the attention window: 
     2>&1 | tail -1
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 420 python scripts/ab_decode.py $OUT/smem_ab.json \
     qwen3-4b base split1 o_st3 split1_o_st3 o_st2 split1_o_st2 split1_o_s16 base#2 split1#2 2>&1 | grep "ctx "
+elif [ "$1" = 21 ]; then  # (session 23) o's 3-stage ring for a lone row only, with or without the one-step split
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048,8192 timeout 330 python scripts/ab_decode.py $OUT/lone3_ab.json \
+    qwen3-4b base lone3 split1_lone3 lone3_unpaced split1_lone3_unpaced base#2 lone3#2 split1_lone3#2 2>&1 \
+    | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -209,6 +209,10 @@ PREFETCH: dict[tuple[int, int], int] = {}
 # gate_up, qkv or all four products paced: slower). Neither changes bits.
 PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
 PACED_ROWS = 1
+# (weight rows, K) -> the ring's stages for launches of at most PACED_ROWS rows (staged, A/B; not listed: the table's).
+# A lone row's o product launches during the attention chain, beside the split's programs: a shallower ring lets more
+# of its programs be resident (and fill) before the split's leave. The same tiles in the same order: the same bits.
+LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -269,6 +273,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     bn, bk, stages, xring = cfg
     m, k = x.shape
     n = out.shape[1]
+    if m <= PACED_ROWS:
+        stages = LONE_ROW_STAGES.get(tuple(weight.shape), stages)
     mp = row_pad(m)
     tiles = triton.cdiv(weight.shape[0], bn)
     ws = out
