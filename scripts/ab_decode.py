@@ -169,22 +169,19 @@ VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN:
 # 3.44-3.75; l2_warm_*_session23.json; code in 5a294d8, 87c1842, d730b74)
 # (session 23: gate_up's or qkv's ring fill held 0.5-2.5 us at its start, "gu_delay*"/"qkv_delay*": slower in
 # proportion to the hold, 1k 2.60 -> 2.61-2.68 ms; fill_delay_ab_h200_2026-12-01_session23.json; code in dfaa1b4)
-# session 23: the short graph's Gluon split with buffers for one step (48 KB instead of 80: GLUON_ONE_STEP), so that
-# more o programs are resident beside it during the chain; o's ring of 3 or 2 stages (54 / 36 KB: three per SM beside
-# a one-step split), or o at split-K 16 (other bits: its tokens differ from base's)
-_ONE = {(triton_attention, "GLUON_ONE_STEP"): True}
-VARIANTS["split1"] = _ONE
+# session 23: the short graph's Gluon split with buffers for one step (48 KB instead of 80, "split1*"; code in 533b648),
+# so that more o programs are resident beside it during the chain; o's ring of 3 or 2 stages, or o at split-K 16
+# (smem_ab_h200_2026-12-01_session23.json: o_st3 1k replay 2.578/2.582 -> 2.540, 8k 3.186/3.190 -> 3.163, 8 rows
+# 2.793 -> 2.799 and 3.541 -> 3.559; split1 alone equal, with o_st3 2.534; o_st2 and o split-K 16 slower). Then for
+# a lone row only (gluon_gemv.LONE_ROW_STAGES; lone3_ab_*: 1k 2.607/2.615 -> 2.570/2.576, 2k 2.726/2.723 ->
+# 2.736/2.759, 8k 3.225/3.217 -> 3.205/3.214; with split1 no better; o's 3 tiles at once slower): shipped in the
+# 1280-key short graph only (engine/graphs.SHORT_BOUNDS)
 VARIANTS["o_st3"] = _tiles(gluon={O: (64, 128, 3, 1)})
-for _o in ("o_st3", "o_st2", "o_s16"):
-    VARIANTS[f"split1_{_o}"] = {**_ONE, **VARIANTS[_o]}
-# (first run, smem_ab_h200_2026-12-01_session23.json: o_st3 1k replay 2.578/2.582 -> 2.540, 8k 3.186/3.190 -> 3.163,
-# 8 rows 2.793 -> 2.799 and 3.541 -> 3.559; split1 alone equal, with o_st3 2.534; o_st2 and o split-K 16 slower).
-# The same ring for a lone row only (gluon_gemv.LONE_ROW_STAGES), paced or at once:
 _LONE3 = {(gluon_gemv, "LONE_ROW_STAGES"): {O: 3}}
 VARIANTS["lone3"] = _LONE3
-VARIANTS["split1_lone3"] = {**_ONE, **_LONE3}
 VARIANTS["lone3_unpaced"] = {**_LONE3, (gluon_gemv, "PACED"): {}}
-VARIANTS["split1_lone3_unpaced"] = {**_ONE, **_LONE3, (gluon_gemv, "PACED"): {}}
+VARIANTS["short_o4"] = {(graphs, "SHORT_BOUNDS"): tuple((b, {k: v for k, v in st.items() if "." not in k})
+                                                          for b, st in graphs.SHORT_BOUNDS)}  # (o's 4 stages: session 22)
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

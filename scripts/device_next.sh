@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device runs for the next session (each < 600 s). Session 22 ran steps 13 (register cap: no gain), 14 (the split's
 # anatomy), 15 (o's fill paced: shipped for one row), 16 and 1, and the combine folded into o (equal, removed;
-# results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18) and held fills (19): slower, removed (*_session23*.json).
+# results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18) and held fills (19): slower, removed; one-step split buffers and
+# o's ring depth (20-21): o's 3-stage ring kept for the 1280-key short graph (*_session23*.json); 22: end run.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
@@ -24,8 +25,7 @@
 # 15. (session 22) the products' ring fill before the PDL wait paced (gluon_gemv.PACED: one tile per program in
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
-# 20. (session 23) the Gluon split's one-step buffers (48 KB, GLUON_ONE_STEP) and o's ring depth: bits, A/B
-# 21. (session 23) o's ring of 3 stages for a lone row (gluon_gemv.LONE_ROW_STAGES), paced or not, one-step split
+# 22. (session 23) the end run: the GPU tests o's lone-row ring touches, then the 4B bench at 1k and 8k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -83,15 +83,11 @@ elif [ "$1" = 16 ]; then  # (session 22) with o paced: the Gluon split up to 307
     qwen3-4b base short_gluon base#2 short_gluon#2 2>&1 | grep "ctx "
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/paced_8b_ab.json \
     qwen3-8b base o8b_paced base#2 o8b_paced#2 2>&1 | grep "ctx "
-elif [ "$1" = 20 ]; then  # (session 23) shared memory in the attention window: one-step split buffers, o's ring
-  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "one_step or gluon_split_gives" \
-    2>&1 | tail -1
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 420 python scripts/ab_decode.py $OUT/smem_ab.json \
-    qwen3-4b base split1 o_st3 split1_o_st3 o_st2 split1_o_st2 split1_o_s16 base#2 split1#2 2>&1 | grep "ctx "
-elif [ "$1" = 21 ]; then  # (session 23) o's 3-stage ring for a lone row only, with or without the one-step split
-  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048,8192 timeout 330 python scripts/ab_decode.py $OUT/lone3_ab.json \
-    qwen3-4b base lone3 split1_lone3 lone3_unpaced split1_lone3_unpaced base#2 lone3#2 split1_lone3#2 2>&1 \
-    | grep "ctx "
+elif [ "$1" = 22 ]; then  # (session 23) the end run: the tests the lone row's o ring touches, then the 4B bench
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
+    "paced_fill or bit_identical or replay_equals_eager or short_graph or gluon_products" 2>&1 | tail -1
+  timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
+    | grep "^qwen3"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

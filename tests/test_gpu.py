@@ -740,37 +740,6 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last):
         ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST = saved
 
 
-def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
-    """GLUON_ONE_STEP (a window of at most FINE_END keys: every split one 64-key step, buffers for one step): each lone
-    row of the attention case, in a 1280-key window as the short graph runs it, gets the Triton split's bits, and the
-    kernel was launched with STEPS=1."""
-    import sparkdec.ops.triton_attention as ta
-
-    if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
-    ps, d = 16, 128
-    q, kc, vc, ctx = _attention_case(32, 8)
-    kernel, steps = ta.gluon_split._gluon_split_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: steps.append(kw["STEPS"]) or kernel[grid](*a, **kw)
-
-    monkeypatch.setattr(ta.gluon_split, "_gluon_split_kernel", Spy())
-    monkeypatch.setattr(ta, "GLUON_PROGRAMS", 32)
-    monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", True)
-    for r in [r for r in range(ctx.num_tokens) if int(ctx.row_kv_len[r]) <= 1280]:
-        one = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps, 1280,
-               d ** -0.5)
-        monkeypatch.setattr(ta, "GLUON_SPLIT", False)
-        want = ta.triton_paged_attention(*one)
-        monkeypatch.setattr(ta, "GLUON_SPLIT", True)
-        for one_step in (False, True):
-            monkeypatch.setattr(ta, "GLUON_ONE_STEP", one_step)
-            assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want), r
-    assert 1 in steps and 2 in steps
-
-
 @pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])
 def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last):
     """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward

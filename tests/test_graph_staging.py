@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import torch
 
 from sparkdec.engine.context import build_context
+from sparkdec.engine import graphs
 from sparkdec.engine.graphs import ProposeGraphs, TargetGraphs
 
 PS, TRASH = 16, 40
@@ -142,3 +143,16 @@ def test_the_mlp_norm_takes_the_norms_pdl_mode_unless_it_has_its_own(monkeypatch
     assert triton_gemm.pdl_mode("norm_mlp") == 1
     monkeypatch.setattr(triton_gemm, "PDL_MODE", 0)
     assert triton_gemm.pdl_mode("norm_mlp") == 0
+
+
+def test_short_bound_settings_name_existing_module_settings():
+    """engine/graphs.setting: "NAME" is ops/triton_attention's, "module.NAME" ops/module's; every setting the shipped
+    short graphs patch exists (a misspelt one would be set on the module and silently change nothing)."""
+    from sparkdec.ops import gluon_gemv, triton_attention
+
+    assert graphs.setting("GLUON_SPLIT") == (triton_attention, "GLUON_SPLIT")
+    assert graphs.setting("gluon_gemv.LONE_ROW_STAGES") == (gluon_gemv, "LONE_ROW_STAGES")
+    for _, settings in graphs.SHORT_BOUNDS:
+        for name in settings:
+            module, attr = graphs.setting(name)
+            assert hasattr(module, attr), name

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 
 import numpy as np
 import torch
@@ -30,8 +31,13 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # short_gluon_ab_h200_2026-12-01_session21*.json). Neither PDL modes nor these settings change bits.
 # SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
+# Up to 1280 keys the Qwen3-4B o product's ring also has 3 stages rather than 4 (gluon_gemv.LONE_ROW_STAGES): beside
+# the Gluon split's programs (80 KB each) more of its programs are resident and fill before their wait. 1k decode
+# replay 2.607/2.615 -> 2.570/2.576 ms, decode 2.683/2.689 -> 2.647/2.651 ms/token; at 2k (the Triton split) it was
+# slower, 2.726/2.723 -> 2.736/2.759, and 8k -0.4% (lone3_ab_h200_2026-12-01_session23.json, smem_ab_*). A setting
+# "module.NAME" is NAME in sparkdec/ops/module.py; a plain NAME is ops/triton_attention's.
 SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32,
-                               "GLUON_BLOCK_LAST": True}),
+                               "GLUON_BLOCK_LAST": True, "gluon_gemv.LONE_ROW_STAGES": {(2560, 4096): 3}}),
                        (3072, {}))
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
@@ -87,7 +93,7 @@ def capture_one(forward, t: int, pool) -> tuple:
 def capture_short(tiers, forward, pool) -> dict:
     """The short graphs of these tiers, with SHORT_PDL's modes and each bound's settings -> {tier: [(keys at most,
     (graph, static outputs))] in SHORT_BOUNDS' order} ({} where off)."""
-    from sparkdec.ops import triton_attention, triton_gemm
+    from sparkdec.ops import triton_gemm
 
     if not SHORT_PDL or not SHORT_BOUNDS or not tiers:
         return {}
@@ -96,11 +102,17 @@ def capture_short(tiers, forward, pool) -> dict:
     short: dict = {t: [] for t in tiers}
     for bound, settings in SHORT_BOUNDS:
         with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
-                      **{(triton_attention, name): value for name, value in settings.items()}}):
+                      **{setting(name): value for name, value in settings.items()}}):
             warm_up(tiers, forward)  # the kernels of these settings compile and load outside the capture
             for t in sorted(tiers, reverse=True):
                 short[t].append((bound, capture_one(forward, t, pool)))
     return short
+
+
+def setting(name: str) -> tuple:
+    """(module, attribute) of a SHORT_BOUNDS setting: "NAME" in ops/triton_attention, "module.NAME" in ops/module."""
+    module, _, attr = name.rpartition(".")
+    return importlib.import_module(f"sparkdec.ops.{module or 'triton_attention'}"), attr
 
 
 @contextlib.contextmanager
