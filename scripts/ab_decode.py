@@ -180,8 +180,9 @@ VARIANTS["o_st3"] = _tiles(gluon={O: (64, 128, 3, 1)})
 _LONE3 = {(gluon_gemv, "LONE_ROW_STAGES"): {O: 3}}
 VARIANTS["lone3"] = _LONE3
 VARIANTS["lone3_unpaced"] = {**_LONE3, (gluon_gemv, "PACED"): {}}
+# the short graphs without their product settings (o's 4-stage ring: session 22's)
 VARIANTS["short_o4"] = {(graphs, "SHORT_BOUNDS"): tuple((b, {k: v for k, v in st.items() if "." not in k})
-                                                          for b, st in graphs.SHORT_BOUNDS)}  # (o's 4 stages: session 22)
+                                                          for b, st in graphs.SHORT_BOUNDS)}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Device runs for the next session (each < 600 s). Session 22 ran steps 13 (register cap: no gain), 14 (the split's
 # anatomy), 15 (o's fill paced: shipped for one row), 16 and 1, and the combine folded into o (equal, removed;
-# results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18) and held fills (19): slower, removed; one-step split buffers and
-# o's ring depth (20-21): o's 3-stage ring kept for the 1280-key short graph (*_session23*.json); 22: end run.
+# results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18) and held fills (19): slower, removed;
+# one-step split buffers and o's ring depth (20-21): o's 3-stage ring kept for the 1280-key short graph
+# (*_session23*.json); 22: its end run.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
