@@ -180,9 +180,29 @@ VARIANTS["o_st3"] = _tiles(gluon={O: (64, 128, 3, 1)})
 _LONE3 = {(gluon_gemv, "LONE_ROW_STAGES"): {O: 3}}
 VARIANTS["lone3"] = _LONE3
 VARIANTS["lone3_unpaced"] = {**_LONE3, (gluon_gemv, "PACED"): {}}
+# (staged for session 24) the Gluon-split short graph up to 2048 keys: with the Gluon split at 2k its 256 live
+# programs held 20 MB of shared memory at 80 KB each (slower in session 22); with one-step buffers (48 KB) and o's
+# 3-stage ring both might fit. And the Qwen3-8B o product's ring at 3 stages in its 1280-key graph.
+_G2K = {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32, "GLUON_BLOCK_LAST": True,
+        "gluon_gemv.LONE_ROW_STAGES": {O: 3}}
+VARIANTS["short2k_gluon"] = {(graphs, "SHORT_BOUNDS"): ((2048, _G2K), (3072, {}))}
+VARIANTS["short2k_gluon1"] = {(graphs, "SHORT_BOUNDS"): ((2048, {**_G2K, "GLUON_ONE_STEP": True}), (3072, {}))}
+VARIANTS["short2k_gluon1_o4"] = {(graphs, "SHORT_BOUNDS"): ((2048, {**_G2K, "GLUON_ONE_STEP": True,
+                                                                    "gluon_gemv.LONE_ROW_STAGES": {}}), (3072, {}))}
+# (staged) the short graphs' attention sized for their bounds, not the 40k window (engine/graphs.SHORT_SIZED): the
+# 1280-key graph's Gluon split without its 16-split loop (80 KB, or 48 one-step) and a 2-chunk combine
+_SIZED = {(graphs, "SHORT_SIZED"): True}
+VARIANTS["sized"] = _SIZED
+VARIANTS["sized1"] = {**_SIZED, (triton_attention, "GLUON_ONE_STEP"): True}
+VARIANTS["sized_2k_gluon"] = {**_SIZED, **VARIANTS["short2k_gluon"]}
+VARIANTS["sized_2k_gluon1"] = {**_SIZED, **VARIANTS["short2k_gluon1"]}
+VARIANTS["lone3_8b"] = {(graphs, "SHORT_BOUNDS"): tuple(
+    (b, {**st, "gluon_gemv.LONE_ROW_STAGES": {O: 3, (4096, 4096): 3}} if "GLUON_SPLIT" in st else st)
+    for b, st in graphs.SHORT_BOUNDS)}
 # the short graphs without their product settings (o's 4-stage ring: session 22's)
 VARIANTS["short_o4"] = {(graphs, "SHORT_BOUNDS"): tuple((b, {k: v for k, v in st.items() if "." not in k})
                                                           for b, st in graphs.SHORT_BOUNDS)}
+VARIANTS["sized1_o4"] = {**VARIANTS["sized1"], **VARIANTS["short_o4"]}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

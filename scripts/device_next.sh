@@ -27,6 +27,10 @@
 #    flight): its bits test, then the 4B A/B at 1k, 2k and 8k with o's fill paced at 1 or 2 tiles per program
 #    (the first run, paced_ab_*_session22.json, also paced gate_up, qkv and all four: slower)
 # 22. (session 23) the end run: the GPU tests o's lone-row ring touches, then the 4B bench at 1k and 8k
+# 23. (staged in session 23, not run) the short graphs' attention sized for their bounds, not the 40k window
+#    (engine/graphs.SHORT_SIZED: the 1280-key graph's Gluon split then runs one split per program, 80 KB, not the
+#    16-split loop at 96 KB), with one-step split buffers (triton_attention.GLUON_ONE_STEP: 48 KB, which only engages
+#    sized), o's ring at 4 or 3 stages, and a Gluon-split graph up to 2048 keys; then the 8B's o ring at 3 stages
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -89,6 +93,14 @@ elif [ "$1" = 22 ]; then  # (session 23) the end run: the tests the lone row's o
     "paced_fill or bit_identical or replay_equals_eager or short_graph or gluon_products" 2>&1 | tail -1
   timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
     | grep "^qwen3"
+elif [ "$1" = 23 ]; then  # (staged in session 23) short graphs sized for their bounds; one-step split; 2k Gluon graph
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "one_step or hands_over" 2>&1 \
+    | tail -1
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,1536,2048 timeout 330 python scripts/ab_decode.py \
+    $OUT/sized_ab.json qwen3-4b base sized sized1 sized1_o4 sized_2k_gluon sized_2k_gluon1 base#2 sized1#2 2>&1 \
+    | grep "ctx "
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 200 python scripts/ab_decode.py $OUT/lone3_8b_ab.json \
+    qwen3-8b base lone3_8b base#2 lone3_8b#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

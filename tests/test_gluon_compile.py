@@ -107,14 +107,14 @@ def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024
 
 
-def compile_split(pdl=1, iters=4, block_last=False):
+def compile_split(pdl=1, iters=4, block_last=False, steps=2):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from sparkdec.ops import gluon_split as gs
 
     consts = {"GROUP": 4, "GROUP_PAD": 4, "SPLIT_N": 128, "FINE_N": 64, "FINE_SPLITS": 32, "PDL": pdl,
-              "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last}
+              "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last, "STEPS": steps}
     ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i32",
             "len_ptr": "*i32", "lead_ptr": "*i32", "nrow_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
             "first_ptr": "*i64"}
@@ -130,14 +130,16 @@ def compile_split(pdl=1, iters=4, block_last=False):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
-@pytest.mark.parametrize("pdl,iters,block_last", [(1, 4, False), (2, 1, True), (3, 1, False)])
-def test_gluon_split_kernel_compiles_for_sm90(pdl, iters, block_last):
+@pytest.mark.parametrize("pdl,iters,block_last,steps", [(1, 4, False, 2), (2, 1, True, 2), (3, 1, False, 2),
+                                                        (3, 1, True, 1), (1, 4, False, 1)])
+def test_gluon_split_kernel_compiles_for_sm90(pdl, iters, block_last, steps):
     """The Gluon attention split (ops/gluon_split.py): cp.async copies before the wait, two wgmma shapes, no spills
     but a few bytes in the loop form, two programs per SM (227 KB); iters > 1: the loop over a program's later splits
-    (what a graph sized for a long window launches)."""
-    kernel = compile_split(pdl, iters, block_last)
+    (what a graph sized for a long window launches); steps 1 (GLUON_ONE_STEP): 48 KB in the short graph's form."""
+    kernel = compile_split(pdl, iters, block_last, steps)
     assert local_bytes(kernel.asm["cubin"]) <= (0 if iters == 1 else 40)  # (session 21: 40 bytes of stack at iters 4)
     assert kernel.metadata.shared * 2 <= 227 * 1024
+    assert steps == 2 or iters > 1 or kernel.metadata.shared <= 48 * 1024
     ptx = kernel.asm["ptx"]
     assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ptx

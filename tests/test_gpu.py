@@ -24,11 +24,14 @@ def test_graph_replay_equals_eager(target):
     assert [o.token_ids for o in graphed] == [o.token_ids for o in eager]
 
 
-def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypatch):
+@pytest.mark.parametrize("sized", [False, True])
+def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypatch, sized):
     """A lone row replays its short-context graphs (engine/graphs.SHORT_BOUNDS) while they hold its keys, then the
-    tier's own graph: the tokens are still the eager ones."""
+    tier's own graph: the tokens are still the eager ones; also with the short graphs' attention sized for their
+    bounds (SHORT_SIZED)."""
     from sparkdec.engine import graphs
 
+    monkeypatch.setattr(graphs, "SHORT_SIZED", sized)
     monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((12, {"PROGRAMS_ONE_ROW": 32}), (30, {})))
     llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
     g = llm.engine.runner.graphs
@@ -738,6 +741,37 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last):
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want[r:r + 1])
     finally:
         ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST = saved
+
+
+def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
+    """GLUON_ONE_STEP (a window of at most FINE_END keys: every split one 64-key step, buffers for one step): each lone
+    row of the attention case, in a 1280-key window as the short graph runs it, gets the Triton split's bits, and the
+    kernel was launched with STEPS=1."""
+    import sparkdec.ops.triton_attention as ta
+
+    if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
+    ps, d = 16, 128
+    q, kc, vc, ctx = _attention_case(32, 8)
+    kernel, steps = ta.gluon_split._gluon_split_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: steps.append(kw["STEPS"]) or kernel[grid](*a, **kw)
+
+    monkeypatch.setattr(ta.gluon_split, "_gluon_split_kernel", Spy())
+    monkeypatch.setattr(ta, "GLUON_PROGRAMS", 32)
+    monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", True)
+    for r in [r for r in range(ctx.num_tokens) if int(ctx.row_kv_len[r]) <= 1280]:
+        one = (q[r:r + 1], kc, vc, ctx.block_tables, ctx.row_seq[r:r + 1], ctx.row_kv_len[r:r + 1], ps, 1280,
+               d ** -0.5)
+        monkeypatch.setattr(ta, "GLUON_SPLIT", False)
+        want = ta.triton_paged_attention(*one)
+        monkeypatch.setattr(ta, "GLUON_SPLIT", True)
+        for one_step in (False, True):
+            monkeypatch.setattr(ta, "GLUON_ONE_STEP", one_step)
+            assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want), r
+    assert 1 in steps and 2 in steps
 
 
 @pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])

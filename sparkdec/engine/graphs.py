@@ -6,6 +6,7 @@ live count are padding: they write K/V into a trash page and their outputs are i
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 
@@ -39,6 +40,12 @@ SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32,
                                "GLUON_BLOCK_LAST": True, "gluon_gemv.LONE_ROW_STAGES": {(2560, 4096): 3}}),
                        (3072, {}))
+# (staged, A/B) a short graph's attention sized for its bound rather than the context window: its rows never hold
+# more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager decoding sizes
+# them for the batch's longest row). With the 40k window the 1280-key graph's Gluon split walks 16 splits per program
+# (the loop form: 96 KB of shared memory) and the combine sizes 32 chunks; sized for 1280 keys, one split (80 KB, or
+# 48 with triton_attention.GLUON_ONE_STEP) and 2 chunks.
+SHORT_SIZED = False
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
@@ -101,11 +108,12 @@ def capture_short(tiers, forward, pool) -> dict:
     assert bounds == sorted(set(bounds)), f"SHORT_BOUNDS: bounds must increase, got {bounds}"
     short: dict = {t: [] for t in tiers}
     for bound, settings in SHORT_BOUNDS:
+        bounded = functools.partial(forward, keys=bound) if SHORT_SIZED else forward
         with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
                       **{setting(name): value for name, value in settings.items()}}):
-            warm_up(tiers, forward)  # the kernels of these settings compile and load outside the capture
+            warm_up(tiers, bounded)  # the kernels of these settings compile and load outside the capture
             for t in sorted(tiers, reverse=True):
-                short[t].append((bound, capture_one(forward, t, pool)))
+                short[t].append((bound, capture_one(bounded, t, pool)))
     return short
 
 
@@ -158,10 +166,11 @@ class TargetGraphs:
         self.graphs: dict[int, tuple] = {}
         self.short: dict[int, list] = {}  # tier -> its short-context graphs [(keys at most, graph)] (SHORT_BOUNDS)
 
-    def _forward(self, t: int):
+    def _forward(self, t: int, keys: int | None = None):
+        """The tier-t forward on the static buffers; keys: the most keys a row replaying it holds (the window)."""
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
                              page_size=self.page_size, row_seq=self.row_seq[:t], row_kv_len=self.row_len[:t],
-                             max_kv_len=self.max_positions, block_lead=self.block_lead[:t],
+                             max_kv_len=keys or self.max_positions, block_lead=self.block_lead[:t],
                              block_rows=self.block_rows[:t])
         logits = self.runner.forward_rows(self.ids[:t], ctx)
         from sparkdec.ops.triton_argmax import argmax_rows

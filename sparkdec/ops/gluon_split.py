@@ -89,7 +89,7 @@ if AVAILABLE:
                             num_splits, num_heads, num_rows, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr,
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
                             PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
-                            PDL: gl.constexpr):
+                            PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
@@ -120,7 +120,7 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
@@ -128,13 +128,15 @@ if AVAILABLE:
                        has_block, seq, lens, max_len, kvh, split, start0, GROUP: gl.constexpr,
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
                        FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
-                       LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr):
+                       LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr,
+                       STEPS: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
-        memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM."""
+        memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM.
+        STEPS 1 (every split a fine one, of one step): buffers for one step, 48 KB."""
         SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
-        k_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
-        v_smem = gl.allocate_shared_memory(gl.bfloat16, [_MAX_STEPS, _BLOCK, _D], SH)
+        k_smem = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
+        v_smem = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
         # keys this forward writes: from the block's first row's position on (first_written: the rows' own
         # positions), and every key of the sequence where the block continues one that started rows before it (a
         # sequence's rows come in blocks of at most BLOCK_ROWS): nothing is copied before the wait then
@@ -142,7 +144,7 @@ if AVAILABLE:
         first_new = gl.where(has_block & ~continued, gl.load(first_ptr + gl.maximum(lead, 0)).to(gl.int32), 0)
         kpos = gl.arange(0, _BLOCK, layout=gl.SliceLayout(1, LD))
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
-        for i in gl.static_range(_MAX_STEPS):
+        for i in gl.static_range(STEPS):
             pos = start0 + i * _BLOCK + kpos
             _copy_keys(k_ptr, v_ptr, bt_ptr, k_smem.index(i), v_smem.index(i), seq, pos,
                        (pos < gl.minimum(first_new, max_len)) & (start0 < max_len) & (i < steps), kvh, stride_ks,
@@ -179,10 +181,11 @@ if AVAILABLE:
         if start0 < max_len:
             if fresh:
                 _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD)
-                _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
+                if STEPS > 1:
+                    _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
             fence_async_shared()
             gl.thread_barrier()
-            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L)
+            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L, STEPS)
             _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
                             split, GROUP, GROUP_PAD, S_L, O_L)
         for j in range(1, ITERS):
@@ -192,7 +195,7 @@ if AVAILABLE:
                 _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
                              stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
                              lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
-                             FINE_SPLITS, LD, S_L, O_L, P_L)
+                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS)
         if PDL == 1:
             gdc_launch_dependents()
 
@@ -201,12 +204,12 @@ if AVAILABLE:
                      stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq, lens, max_len, kvh,
                      split, start, kpos, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr,
                      FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
-                     O_L: gl.constexpr, P_L: gl.constexpr):
+                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr):
         """A split after the program's first (after the wait: every key is there): copied into the same buffers
         once every warp's products of the previous split are done, then reduced."""
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
         gl.thread_barrier()
-        for i in gl.static_range(_MAX_STEPS):
+        for i in gl.static_range(STEPS):
             pos = start + i * _BLOCK + kpos
             _copy_keys(k_ptr, v_ptr, bt_ptr, k_smem.index(i), v_smem.index(i), seq, pos,
                        (pos < max_len) & (i < steps), kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
@@ -214,20 +217,20 @@ if AVAILABLE:
         async_copy.wait_group(0)
         fence_async_shared()
         gl.thread_barrier()
-        m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L)
+        m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L, STEPS)
         _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
                         GROUP, GROUP_PAD, S_L, O_L)
 
     @gluon.jit
     def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
-                      P_L: gl.constexpr):
+                      P_L: gl.constexpr, STEPS: gl.constexpr):
         """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values); q_op: the query
         tile in shared memory."""
         m_i = gl.full([_QR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_L))
         l_i = gl.zeros([_QR], gl.float32, layout=gl.SliceLayout(1, S_L))
         acc = gl.zeros([_QR, _D], gl.float32, layout=O_L)
         kcol = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, S_L))
-        for i in gl.static_range(_MAX_STEPS):
+        for i in gl.static_range(STEPS):
             if i < steps:
                 s = warpgroup_mma(q_op, k_smem.index(i).permute((1, 0)),
                                   gl.zeros([_QR, _BLOCK], gl.float32, layout=S_L), is_async=True)

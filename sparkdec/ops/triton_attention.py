@@ -63,6 +63,12 @@ SPLIT_MAXNREG = None
 GLUON_SPLIT = False
 GLUON_PROGRAMS = 64  # the Gluon split's programs per (row block, kv head), each walking the splits p, p + 64, ...
 GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused row blocks launch after the live ones
+# (staged, A/B) where every split is a fine one (a window of at most FINE_END keys) the Gluon split's programs keep
+# buffers for one 64-key step: 48 KB of shared memory instead of 80, so that more of the o product's programs (launched
+# during the chain, filling their rings before their wait) are resident beside them. Same operations, same bits
+# (H200 test passed). In the 1280-key graph equal (smem_ab_*, lone3_ab_*_session23.json: 128 live programs leave room);
+# staged for a Gluon-split graph up to 2048 keys, whose 256 live programs at 80 KB would hold 20 MB of the 30.
+GLUON_ONE_STEP = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 # ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
@@ -482,7 +488,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
-            ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST, num_warps=4,
+            ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST,
+            STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS, num_warps=4,
             **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
