@@ -172,7 +172,8 @@ VARIANTS["all_paced"] = {(gluon_gemv, "PACED"): {QKV: 1, O: 1, GATE_UP: 1, DOWN:
 # session 23: the short graph's Gluon split with buffers for one step (48 KB instead of 80, "split1*"; code in 533b648),
 # so that more o programs are resident beside it during the chain; o's ring of 3 or 2 stages, or o at split-K 16
 # (smem_ab_h200_2026-12-01_session23.json: o_st3 1k replay 2.578/2.582 -> 2.540, 8k 3.186/3.190 -> 3.163, 8 rows
-# 2.793 -> 2.799 and 3.541 -> 3.559; split1 alone equal, with o_st3 2.534; o_st2 and o split-K 16 slower). Then for
+# 2.793 -> 2.799 and 3.541 -> 3.559; split1 equal, but it never engaged: the graphs size the attention for the 40k
+# window, see SHORT_SIZED below; o_st2 and o split-K 16 slower). Then for
 # a lone row only (gluon_gemv.LONE_ROW_STAGES; lone3_ab_*: 1k 2.607/2.615 -> 2.570/2.576, 2k 2.726/2.723 ->
 # 2.736/2.759, 8k 3.225/3.217 -> 3.205/3.214; with split1 no better; o's 3 tiles at once slower): shipped in the
 # 1280-key short graph only (engine/graphs.SHORT_BOUNDS)
