@@ -182,7 +182,7 @@ _LONE3 = {(gluon_gemv, "LONE_ROW_STAGES"): {O: 3}}
 VARIANTS["lone3"] = _LONE3
 VARIANTS["lone3_unpaced"] = {**_LONE3, (gluon_gemv, "PACED"): {}}
 # (staged for session 24) the Gluon-split short graph up to 2048 keys: with the Gluon split at 2k its 256 live
-# programs held 20 MB of shared memory at 80 KB each (slower in session 22); with one-step buffers (48 KB) and o's
+# programs held 20-24 MB of shared memory at 80-96 KB each (slower in session 22); with one-step buffers (48 KB) and o's
 # 3-stage ring both might fit. And the Qwen3-8B o product's ring at 3 stages in its 1280-key graph.
 _G2K = {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32, "GLUON_BLOCK_LAST": True,
         "gluon_gemv.LONE_ROW_STAGES": {O: 3}}

@@ -33,7 +33,7 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 # Up to 1280 keys the Qwen3-4B o product's ring also has 3 stages rather than 4 (gluon_gemv.LONE_ROW_STAGES): beside
-# the Gluon split's programs (80 KB each) more of its programs are resident and fill before their wait. 1k decode
+# the Gluon split's programs (96 KB each) more of its programs are resident and fill before their wait. 1k decode
 # replay 2.607/2.615 -> 2.570/2.576 ms, decode 2.683/2.689 -> 2.647/2.651 ms/token; at 2k (the Triton split) it was
 # slower, 2.726/2.723 -> 2.736/2.759, and 8k -0.4% (lone3_ab_h200_2026-12-01_session23.json, smem_ab_*). A setting
 # "module.NAME" is NAME in sparkdec/ops/module.py; a plain NAME is ops/triton_attention's.

@@ -211,7 +211,7 @@ PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
 PACED_ROWS = 1
 # (weight rows, K) -> the ring's stages for launches of at most PACED_ROWS rows (not listed: the table's). Empty here;
 # engine/graphs.SHORT_BOUNDS sets the 4B o product's to 3 for the lone row's 1280-key graph, where o launches during
-# the attention chain beside the Gluon split's 80 KB programs: a shallower ring lets more of its programs be resident
+# the attention chain beside the Gluon split's 96 KB programs: a shallower ring lets more of its programs be resident
 # (and fill) before the split's leave (1k decode -1.4%; slower at 2k and for 8 rows: lone3_ab_*, smem_ab_*_session23).
 # The same tiles in the same order: the same bits.
 LONE_ROW_STAGES: dict[tuple[int, int], int] = {}

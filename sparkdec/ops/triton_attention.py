@@ -67,7 +67,7 @@ GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused 
 # buffers for one 64-key step: 48 KB of shared memory instead of 80, so that more of the o product's programs (launched
 # during the chain, filling their rings before their wait) are resident beside them. Same operations, same bits
 # (H200 test passed). In the 1280-key graph equal (smem_ab_*, lone3_ab_*_session23.json: 128 live programs leave room);
-# staged for a Gluon-split graph up to 2048 keys, whose 256 live programs at 80 KB would hold 20 MB of the 30.
+# staged for a Gluon-split graph up to 2048 keys, whose 256 live programs at 80-96 KB would hold 20-24 MB of the 30.
 GLUON_ONE_STEP = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
