@@ -31,6 +31,8 @@
 #    (engine/graphs.SHORT_SIZED: the 1280-key graph's Gluon split then runs one split per program, 80 KB, not the
 #    16-split loop at 96 KB), with one-step split buffers (triton_attention.GLUON_ONE_STEP: 48 KB, which only engages
 #    sized), o's ring at 4 or 3 stages, and a Gluon-split graph up to 2048 keys; then the 8B's o ring at 3 stages
+# 24. (session 24) sizing per bound (SHORT_SIZED a tuple of bounds): the 1280-key graph sized with one-step buffers,
+#    o at 3 or 4 stages; a 2048-key Gluon-split graph sized, alone or after the 1280 one
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -101,6 +103,11 @@ elif [ "$1" = 23 ]; then  # (staged in session 23) short graphs sized for their 
     | grep "ctx "
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 200 python scripts/ab_decode.py $OUT/lone3_8b_ab.json \
     qwen3-8b base lone3_8b base#2 lone3_8b#2 2>&1 | grep "ctx "
+elif [ "$1" = 24 ]; then  # (session 24) sizing per bound: the 1280-key graph sized, one-step; a 2048-key Gluon graph
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "hands_over" 2>&1 | tail -1
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,1536,1792 timeout 400 python scripts/ab_decode.py \
+    $OUT/sized_bound_ab.json qwen3-4b base s1280 s1280_o4 g2k1 g2k1_o4 s1280_g2k1 s1280_o4_g2k1 base#2 s1280#2 \
+    s1280_o4#2 g2k1#2 s1280_g2k1#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

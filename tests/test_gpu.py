@@ -24,11 +24,11 @@ def test_graph_replay_equals_eager(target):
     assert [o.token_ids for o in graphed] == [o.token_ids for o in eager]
 
 
-@pytest.mark.parametrize("sized", [False, True])
+@pytest.mark.parametrize("sized", [(), (12,)])
 def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypatch, sized):
     """A lone row replays its short-context graphs (engine/graphs.SHORT_BOUNDS) while they hold its keys, then the
     tier's own graph: the tokens are still the eager ones; also with the short graphs' attention sized for their
-    bounds (SHORT_SIZED)."""
+    bound (SHORT_SIZED: the first graph sized, the second not)."""
     from sparkdec.engine import graphs
 
     monkeypatch.setattr(graphs, "SHORT_SIZED", sized)

@@ -159,13 +159,13 @@ def test_short_bound_settings_name_existing_module_settings():
 
 
 def test_short_graphs_size_their_attention_for_their_bound_when_asked(monkeypatch):
-    """SHORT_SIZED: each short graph's forward gets its bound as the most keys a row holds (the attention's
-    max_kv_len); off, the window (keys None)."""
+    """SHORT_SIZED: the short graphs of those bounds get their bound as the most keys a row holds (the attention's
+    max_kv_len); the others the window (keys None)."""
     seen = []
     monkeypatch.setattr(graphs, "warm_up", lambda tiers, forward: None)
     monkeypatch.setattr(graphs, "capture_one", lambda forward, t, pool: forward(t))
     monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((100, {}), (300, {})))
-    for sized, want in ((True, [100, 300]), (False, [None, None])):
+    for sized, want in (((100, 300), [100, 300]), ((100,), [100, None]), ((), [None, None])):
         seen.clear()
         monkeypatch.setattr(graphs, "SHORT_SIZED", sized)
         graphs.capture_short([1], lambda t, keys=None: seen.append(keys), None)

@@ -44,8 +44,9 @@ SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLU
 # more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager decoding sizes
 # them for the batch's longest row). With the 40k window the 1280-key graph's Gluon split walks 16 splits per program
 # (the loop form: 96 KB of shared memory) and the combine sizes 32 chunks; sized for 1280 keys, one split (80 KB, or
-# 48 with triton_attention.GLUON_ONE_STEP) and 2 chunks.
-SHORT_SIZED = False
+# 48 with triton_attention.GLUON_ONE_STEP) and 2 chunks. The bounds (of SHORT_BOUNDS) whose graphs are sized; the 3072-key
+# graph sized was slower at 2k (2.760 -> 2.825 ms/token; sized_ab_h200_2026-12-01_session24.json).
+SHORT_SIZED: tuple = ()
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
@@ -108,7 +109,7 @@ def capture_short(tiers, forward, pool) -> dict:
     assert bounds == sorted(set(bounds)), f"SHORT_BOUNDS: bounds must increase, got {bounds}"
     short: dict = {t: [] for t in tiers}
     for bound, settings in SHORT_BOUNDS:
-        bounded = functools.partial(forward, keys=bound) if SHORT_SIZED else forward
+        bounded = functools.partial(forward, keys=bound) if bound in SHORT_SIZED else forward
         with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
                       **{setting(name): value for name, value in settings.items()}}):
             warm_up(tiers, bounded)  # the kernels of these settings compile and load outside the capture
