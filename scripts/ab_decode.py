@@ -206,7 +206,7 @@ VARIANTS["short_o4"] = {(graphs, "SHORT_BOUNDS"): tuple((b, {k: v for k, v in st
 VARIANTS["sized1_o4"] = {**VARIANTS["sized1"], **VARIANTS["short_o4"]}
 # (session 24) sized_ab_*_session24: sized 1k 2.633/2.630 -> 2.580, sized1 2.572/2.577, sized1_o4 2.555; 1.5k
 # sized_2k_gluon1 2.674/2.682 -> 2.599; but 2k (the 3072-key graph sized) 2.760/2.757 -> 2.825. So sizing per bound:
-_G1280 = {**graphs.SHORT_BOUNDS[0][1], "GLUON_ONE_STEP": True}
+_G1280 = {**_G2K, "GLUON_ONE_STEP": True}  # session 23's 1280-key settings (o's ring at 3 stages), one-step
 _G2K1 = {**_G2K, "GLUON_ONE_STEP": True}
 _NO_O3 = {"gluon_gemv.LONE_ROW_STAGES": {}}
 
@@ -221,6 +221,8 @@ VARIANTS["g2k1"] = _short((2048, _G2K1), sized=(2048,))
 VARIANTS["g2k1_o4"] = _short((2048, {**_G2K1, **_NO_O3}), sized=(2048,))
 VARIANTS["s1280_g2k1"] = _short((1280, _G1280), (2048, _G2K1), sized=(1280, 2048))
 VARIANTS["s1280_o4_g2k1"] = _short((1280, {**_G1280, **_NO_O3}), (2048, _G2K1), sized=(1280, 2048))
+# (s1280_o4_g2k1 shipped in session 24: engine/graphs.SHORT_BOUNDS) session 23's short graphs, to compare against
+VARIANTS["session23"] = _short((1280, {**_G2K, "GLUON_ONE_STEP": False}))
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

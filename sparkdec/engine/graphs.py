@@ -32,21 +32,24 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # short_gluon_ab_h200_2026-12-01_session21*.json). Neither PDL modes nor these settings change bits.
 # SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
-# Up to 1280 keys the Qwen3-4B o product's ring also has 3 stages rather than 4 (gluon_gemv.LONE_ROW_STAGES): beside
-# the Gluon split's programs (96 KB each) more of its programs are resident and fill before their wait. 1k decode
-# replay 2.607/2.615 -> 2.570/2.576 ms, decode 2.683/2.689 -> 2.647/2.651 ms/token; at 2k (the Triton split) it was
-# slower, 2.726/2.723 -> 2.736/2.759, and 8k -0.4% (lone3_ab_h200_2026-12-01_session23.json, smem_ab_*). A setting
-# "module.NAME" is NAME in sparkdec/ops/module.py; a plain NAME is ops/triton_attention's.
-SHORT_BOUNDS: tuple = ((1280, {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32,
-                               "GLUON_BLOCK_LAST": True, "gluon_gemv.LONE_ROW_STAGES": {(2560, 4096): 3}}),
+# Since session 24 a 1280-key and a 2048-key graph with the Gluon split, each sized for its bound (SHORT_SIZED): its
+# rows never hold more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager
+# decoding sizes them for the batch's longest row). Sized, the split runs one split per program with buffers for one
+# 64-key step (triton_attention.GLUON_ONE_STEP: 48 KB of shared memory, not the 40k window's 16-split loop at 96 KB)
+# and the combine sizes 2-4 chunks, not 32; more of the o product's programs, launched during the chain, are resident
+# beside the split and fill their rings before their wait. In the 2048-key graph the Qwen3-4B o product's ring has 3
+# stages (gluon_gemv.LONE_ROW_STAGES), in the 1280-key one 4. H200, 1 row, decode ms/token: 1k 2.637/2.634 -> 2.559,
+# 1.5k 2.655/2.659 -> 2.596, 1.8k 2.682/2.687 -> 2.611 (sized_bound_ab_h200_2026-12-01_session24.json: "s1280_o4_g2k1";
+# the 2048-key graph alone 2.571/2.574, 2.597/2.594, 2.614/2.616). Sizing the 3072-key graph (the Triton split) was
+# slower at 2k, 2.760 -> 2.825 (sized_ab_*_session24.json); session 23's o ring at 3 stages beside the unsized split:
+# lone3_ab_h200_2026-12-01_session23.json. A setting "module.NAME" is NAME in sparkdec/ops/module.py; a plain NAME
+# is ops/triton_attention's.
+_GLUON_SHORT = {"PROGRAMS_ONE_ROW": 32, "GLUON_SPLIT": True, "GLUON_PROGRAMS": 32, "GLUON_BLOCK_LAST": True,
+                "GLUON_ONE_STEP": True}
+SHORT_BOUNDS: tuple = ((1280, _GLUON_SHORT),
+                       (2048, {**_GLUON_SHORT, "gluon_gemv.LONE_ROW_STAGES": {(2560, 4096): 3}}),
                        (3072, {}))
-# (staged, A/B) a short graph's attention sized for its bound rather than the context window: its rows never hold
-# more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager decoding sizes
-# them for the batch's longest row). With the 40k window the 1280-key graph's Gluon split walks 16 splits per program
-# (the loop form: 96 KB of shared memory) and the combine sizes 32 chunks; sized for 1280 keys, one split (80 KB, or
-# 48 with triton_attention.GLUON_ONE_STEP) and 2 chunks. The bounds (of SHORT_BOUNDS) whose graphs are sized; the 3072-key
-# graph sized was slower at 2k (2.760 -> 2.825 ms/token; sized_ab_h200_2026-12-01_session24.json).
-SHORT_SIZED: tuple = ()
+SHORT_SIZED: tuple = (1280, 2048)  # the bounds whose graphs' attention is sized for the bound, not the window
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
