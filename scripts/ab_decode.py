@@ -223,6 +223,9 @@ VARIANTS["s1280_g2k1"] = _short((1280, _G1280), (2048, _G2K1), sized=(1280, 2048
 VARIANTS["s1280_o4_g2k1"] = _short((1280, {**_G1280, **_NO_O3}), (2048, _G2K1), sized=(1280, 2048))
 # (s1280_o4_g2k1 shipped in session 24: engine/graphs.SHORT_BOUNDS) session 23's short graphs, to compare against
 VARIANTS["session23"] = _short((1280, {**_G2K, "GLUON_ONE_STEP": False}))
+# a third sized Gluon graph up to 2560 keys (o at 3 stages) before the 3072-key Triton one
+VARIANTS["g2560"] = {(graphs, "SHORT_BOUNDS"): (*graphs.SHORT_BOUNDS[:2], (2560, graphs.SHORT_BOUNDS[1][1]), (3072, {})),
+                     (graphs, "SHORT_SIZED"): (1280, 2048, 2560)}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
 VARIANTS["norm_pdl1"] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm": 1}}

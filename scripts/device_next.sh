@@ -3,9 +3,11 @@
 # anatomy), 15 (o's fill paced: shipped for one row), 16 and 1, and the combine folded into o (equal, removed;
 # results *_session22*.json). Session 23 ran an L2 warm branch (steps 17-18) and held fills (19): slower, removed;
 # one-step split buffers and o's ring depth (20-21): o's 3-stage ring kept for the 1280-key short graph
-# (*_session23*.json); 22: its end run.
+# (*_session23*.json); 22: its end run. Session 24 ran 23-24 (the short graphs sized per bound: shipped), 1 (the end
+# run: the suite outran its 420 s after 39 of 40 tests) and a 2560-key Gluon graph (slower; *_session24*.json).
 # usage (device tool): bash scripts/device_next.sh N
-# 1. the GPU suite (all but the Gluon split's tests), then the 4B kernel bench at 1k and 8k (the model's own window)
+# 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
+# 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
 # 3. the Gluon attention split (ops/gluon_split.py, off): its GPU tests, then the 4B A/B at 1k and 8k
 # 4. the Gluon split with the q/k norm + RoPE kernel at PDL mode 3 (session 16's A/B)
@@ -37,12 +39,16 @@
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
 OUT=${OUT:-/tmp/out}
-if [ "${1:-1}" = 1 ]; then  # the suite without the staged Gluon split's tests (step 3), then the bench
-  timeout 420 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "not gluon_split" \
-    > $OUT/gpu_tests.txt 2>&1
-  grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests.txt | head -12
-  timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
-    | grep "^qwen3"
+if [ "${1:-1}" = 1 ] || [ "$1" = 25 ]; then  # the GPU suite in two halves (each under the device's 600 s), the bench
+  python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --collect-only 2>/dev/null | grep "::" > $OUT/ids.txt
+  half=$(( ($(wc -l < $OUT/ids.txt) + 1) / 2 ))
+  if [ "${1:-1}" = 1 ]; then ids=$(head -n $half $OUT/ids.txt); else ids=$(tail -n +$((half + 1)) $OUT/ids.txt); fi
+  timeout 500 python -m pytest -q -m gpu -p no:cacheprovider $ids > $OUT/gpu_tests_$1.txt 2>&1
+  grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_$1.txt | head -12
+  if [ "$1" = 25 ]; then
+    timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json \
+      2>&1 | grep "^qwen3"
+  fi
 elif [ "$1" = 3 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_split 2>&1 | tail -3
   env AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/gluon_split_ab.json \
