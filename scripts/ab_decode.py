@@ -223,8 +223,10 @@ VARIANTS["s1280_g2k1"] = _short((1280, _G1280), (2048, _G2K1), sized=(1280, 2048
 VARIANTS["s1280_o4_g2k1"] = _short((1280, {**_G1280, **_NO_O3}), (2048, _G2K1), sized=(1280, 2048))
 # (s1280_o4_g2k1 shipped in session 24: engine/graphs.SHORT_BOUNDS) session 23's short graphs, to compare against
 VARIANTS["session23"] = _short((1280, {**_G2K, "GLUON_ONE_STEP": False}))
-# a third sized Gluon graph up to 2560 keys (o at 3 stages) before the 3072-key Triton one
-VARIANTS["g2560"] = {(graphs, "SHORT_BOUNDS"): (*graphs.SHORT_BOUNDS[:2], (2560, graphs.SHORT_BOUNDS[1][1]), (3072, {})),
+# a third sized Gluon graph up to 2560 keys (o at 3 stages) before the 3072-key Triton one: much slower, 2k
+# 2.771/2.759 -> 3.140/3.157 ms/token, 2.3k 3.010/3.003 -> 3.152/3.167 (g2560_ab_h200_2026-12-01_session24.json)
+_B = graphs.SHORT_BOUNDS
+VARIANTS["g2560"] = {(graphs, "SHORT_BOUNDS"): (*_B[:2], (2560, _B[1][1]), (3072, {})),
                      (graphs, "SHORT_SIZED"): (1280, 2048, 2560)}
 # (session 22: a lone row's attention splits reduced by the o product's programs, "combine_in_o*", exact but equal at
 # 1k: code in a18bcae and 3573d19, combine_in_o_ab_h200_2026-12-01_session22.json)
