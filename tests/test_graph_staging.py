@@ -170,3 +170,16 @@ def test_short_graphs_size_their_attention_for_their_bound_when_asked(monkeypatc
         monkeypatch.setattr(graphs, "SHORT_SIZED", sized)
         graphs.capture_short([1], lambda t, keys=None: seen.append(keys), None)
         assert seen == want
+
+
+def test_a_tier_gets_short_graphs_up_to_its_bound_only(monkeypatch):
+    """SHORT_TIER_BOUND: a named tier is captured only for the bounds up to its own; other tiers for every bound, and
+    rows past a tier's last short graph replay its own (graph_for)."""
+    captured = []
+    monkeypatch.setattr(graphs, "warm_up", lambda tiers, forward: None)
+    monkeypatch.setattr(graphs, "capture_one", lambda forward, t, pool: captured.append(t) or f"g{t}")
+    monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((100, {}), (300, {})))
+    monkeypatch.setattr(graphs, "SHORT_TIER_BOUND", {8: 100})
+    short = graphs.capture_short([1, 8], lambda t, keys=None: None, None)
+    assert short == {1: [(100, "g1"), (300, "g1")], 8: [(100, "g8")]}
+    assert sorted(captured) == [1, 1, 8]

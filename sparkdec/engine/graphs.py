@@ -52,8 +52,11 @@ SHORT_BOUNDS: tuple = ((1280, _GLUON_SHORT),
 SHORT_SIZED: tuple = (1280, 2048)  # the bounds whose graphs' attention is sized for the bound, not the window
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
-# ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json)
-SHORT_TIERS = (1,)
+# ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json), before the sized Gluon graphs.
+# With them (session 24) 8 rows at 1k: replay 2.796/2.794 -> 2.734/2.740 ms, a verify of 8 2.782/2.792 -> 2.728/2.727
+# (short_t18_ab_h200_2026-12-01_session24.json; 2 and 4 rows and 8 rows past 1280 keys not measured since).
+SHORT_TIERS = (1, 8)
+SHORT_TIER_BOUND = {8: 1280}  # the largest bound whose short graph a tier gets (a tier not named: every bound)
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
@@ -112,11 +115,14 @@ def capture_short(tiers, forward, pool) -> dict:
     assert bounds == sorted(set(bounds)), f"SHORT_BOUNDS: bounds must increase, got {bounds}"
     short: dict = {t: [] for t in tiers}
     for bound, settings in SHORT_BOUNDS:
+        here = [t for t in tiers if bound <= SHORT_TIER_BOUND.get(t, bound)]
+        if not here:
+            continue
         bounded = functools.partial(forward, keys=bound) if bound in SHORT_SIZED else forward
         with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
                       **{setting(name): value for name, value in settings.items()}}):
-            warm_up(tiers, bounded)  # the kernels of these settings compile and load outside the capture
-            for t in sorted(tiers, reverse=True):
+            warm_up(here, bounded)  # the kernels of these settings compile and load outside the capture
+            for t in sorted(here, reverse=True):
                 short[t].append((bound, capture_one(bounded, t, pool)))
     return short
 
