@@ -58,16 +58,16 @@ SPLIT_MAXNREG = None
 # a layer's split kernel in Gluon with keys copied before the PDL wait (ops/gluon_split.py; the Triton kernel's
 # bits: H200 tests pass). Off: 4B decode replay at 1k 2.70 -> 2.66 ms (with the q/k norm + RoPE kernel at PDL mode
 # 3, so that the copies run during the qkv product), but 8-row verify 2.87 -> 2.92-2.96 and 8k 3.25 -> 3.43-3.60
-# (rope3_ab_h200_2026-11-30_session16*.json). On only in the lone row's short graph up to 1280 keys
-# (engine/graphs.SHORT_BOUNDS, session 21). SPLIT_MAXNREG applies to the Triton split only.
+# (rope3_ab_h200_2026-11-30_session16*.json). On only in the short graphs up to 2048 keys (engine/graphs.SHORT_BOUNDS,
+# sessions 21 and 24). SPLIT_MAXNREG applies to the Triton split only.
 GLUON_SPLIT = False
 GLUON_PROGRAMS = 64  # the Gluon split's programs per (row block, kv head), each walking the splits p, p + 64, ...
 GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused row blocks launch after the live ones
-# (staged, A/B) where every split is a fine one (a window of at most FINE_END keys) the Gluon split's programs keep
-# buffers for one 64-key step: 48 KB of shared memory instead of 80, so that more of the o product's programs (launched
-# during the chain, filling their rings before their wait) are resident beside them. Same operations, same bits
-# (H200 test passed). In the 1280-key graph equal (smem_ab_*, lone3_ab_*_session23.json: 128 live programs leave room);
-# staged for a Gluon-split graph up to 2048 keys, whose 256 live programs at 80-96 KB would hold 20-24 MB of the 30.
+# where every split is a fine one (a window of at most FINE_END keys) the Gluon split's programs keep buffers for one
+# 64-key step: 48 KB of shared memory instead of 80, so that more of the o product's programs (launched during the
+# chain, filling their rings before their wait) are resident beside them. Same operations, same bits (H200 test
+# passed). Set by the short graphs sized for their bound (engine/graphs.SHORT_BOUNDS and SHORT_SIZED; session 24: 1k
+# 2.580 -> 2.572/2.577 ms/token sized, sized_ab_h200_2026-12-01_session24.json; under the 40k window it never engages).
 GLUON_ONE_STEP = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
