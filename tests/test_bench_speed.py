@@ -33,3 +33,18 @@ def test_propose_floor_counts_what_the_propose_reads():
     lc = eng.draft_cfg.layers  # and the draft layers' context K/V at ctx positions
     kv = 2 * lc.num_hidden_layers * lc.num_key_value_heads * lc.head_dim * 4 * 1000  # float32 on the CPU
     assert propose_floor_bytes(eng, 1000) == propose_floor_bytes(eng) + kv
+
+
+def test_a_timed_plain_request_launches_one_forward_per_decoded_token(monkeypatch):
+    """bench kernels' plain decode figure: a whole request (prompt's pass + 8 decode steps) with lookahead on, so the
+    timed window holds 8 forwards, none queued past the request's limit."""
+    from sparkdec.bench.kernels import request_ms
+    from sparkdec.engine.llm_engine import DEFAULT_PAIR, Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(DEFAULT_PAIR / "target"), device="cpu"))
+    forwards = []
+    real = eng.runner.decode_tokens
+    monkeypatch.setattr(eng.runner, "decode_tokens", lambda *a, **k: forwards.append(1) or real(*a, **k))
+    assert request_ms(eng, 12, 8, seed=0) > 0 and len(forwards) == 8
+    assert request_ms(eng, 12, 5, seed=1, sampling=dict(temperature=0.8, top_p=0.95, seed=7)) > 0
+    assert len(forwards) == 8 + 5

@@ -16,15 +16,37 @@ def pair(targets):
     return LLM(model=path, device="cpu"), LLM(model=path, device="cpu", lookahead=False)
 
 
+@pytest.fixture
+def launched(pair, monkeypatch):
+    """The rows of each step the lookahead engine of `pair` queues, as the test runs."""
+    look, rows = pair[0].engine.lookahead, []
+    real = look._launch
+    monkeypatch.setattr(look, "_launch", lambda seqs, *a: rows.append(len(seqs)) or real(seqs, *a))
+    return rows
+
+
 def outputs(llm, prompts, params):
     return [(o.token_ids, o.finish_reason) for o in llm.generate(prompts, params)]
 
 
-def test_lookahead_is_on_by_default_and_used(pair):
+def test_lookahead_is_on_by_default_and_used(pair, launched):
+    """On by default; a request that ends at its limit launches one forward per token after its first (the prefill's):
+    no step is queued past the limit and thrown away."""
     ahead, plain = pair
     assert EngineConfig().lookahead and ahead.engine.lookahead is not None and plain.engine.lookahead is None
-    ahead.generate([PROMPTS[0]], SamplingParams(max_tokens=5, ignore_eos=True))
-    assert ahead.engine.lookahead.pending is not None  # the last queued step, thrown away
+    out = ahead.generate([PROMPTS[0]], SamplingParams(max_tokens=5, ignore_eos=True))[0]
+    assert len(out.token_ids) == 5 and out.finish_reason == "length"
+    assert launched == [1] * 4 and ahead.engine.lookahead.pending is None
+
+
+def test_a_row_at_its_limit_leaves_the_next_step_the_others_keep_it(pair, launched):
+    """Three sequences with limits 3, 6 and 6: each step after the first queues only the rows that still have room,
+    and the tokens are the ordinary round's."""
+    ahead, plain = pair
+    params = [SamplingParams(max_tokens=m, ignore_eos=True) for m in (3, 6, 6)]
+    assert outputs(ahead, PROMPTS[:3], params) == outputs(plain, PROMPTS[:3], params)
+    # the first row needs two steps after its prompt's pass, the others five
+    assert launched == [3, 3, 2, 2, 2] and ahead.engine.lookahead.pending is None
 
 
 def test_same_tokens_with_limits_stop_ids_and_eos(pair):
@@ -58,7 +80,7 @@ def test_same_tokens_when_sequences_join_leave_and_abort(pair):
     assert results[0][2] == "abort"
 
 
-def test_sampled_sequences_beside_greedy_ones(pair):
+def test_sampled_sequences_beside_greedy_ones(pair, launched):
     """Sampled rows are drawn on the device one step ahead (grouped by filters) with the ordinary round's race."""
     params = [SamplingParams(max_tokens=15, ignore_eos=True),
               SamplingParams(max_tokens=15, ignore_eos=True, temperature=0.8, seed=3),
@@ -67,8 +89,9 @@ def test_sampled_sequences_beside_greedy_ones(pair):
     ahead, plain = pair
     ahead.engine.lookahead.pending = None
     assert outputs(ahead, PROMPTS[:4], params) == outputs(plain, PROMPTS[:4], params)
+    launched.clear()
     ahead.generate([PROMPTS[2]], params[1])
-    assert ahead.engine.lookahead.pending is not None  # sampled decoding went one step ahead
+    assert launched == [1] * 14  # sampled decoding went one step ahead
 
 
 ROUND_KEYS = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")

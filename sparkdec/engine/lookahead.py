@@ -2,9 +2,11 @@
 k, so the host's scheduling, commits, staging and sampling launches overlap the device's forward instead of leaving
 it idle. Sampled rows are drawn on the device (sampling.draw_tokens: the same race as the ordinary round's).
 
-Used when every sequence of a decode-only batch decodes plainly (greedy or sampled, the fused sampler off). A step
-queued for a sequence that step k then finished (EOS, stop string, limit, abort) is computed and thrown away; its
-K/V goes to the sequence's own pages, which are released only after it (the device runs in order). Any other batch
+Used when every sequence of a decode-only batch decodes plainly (greedy or sampled, the fused sampler off). A sequence
+whose limit (max_tokens or the context window) step k's token reaches gets no step k+1, so a request that ends at its
+limit costs one forward per token. A step queued for a sequence that step k then finished otherwise (EOS, stop id or
+string, abort) is computed and thrown away; its K/V goes to the sequence's own pages, which are released only after
+it (the device runs in order). Any other batch
 (prompt chunks, speculation, new sequences) first drains the pending step and the engine takes the ordinary round
 next call.
 """
@@ -55,6 +57,9 @@ class Lookahead:
             pieces = [(s.block_table, [s.anchor], [p]) for s, p in zip(seqs, positions)]
             fill = None
         else:
+            seqs = [s for s in seqs if s.room() > 1]  # step k's token ends the others (their limit): no step k+1
+            if not seqs:
+                return self.drain()
             where = {id(s): i for i, s in enumerate(prev.seqs)}
             src = [where[id(s)] for s in seqs]
             positions = [prev.positions[i] + 1 for i in src]
