@@ -317,6 +317,10 @@ VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}
 VARIANTS["short_t1"] = {(graphs, "SHORT_TIERS"): (1,)}
+# (staged for session 25) 8 rows up to the 2048-key graph or every bound; 2 and 4 rows (verifies of 2-4) as 8 rows
+VARIANTS["t8_2048"] = {(graphs, "SHORT_TIER_BOUND"): {8: 2048}}
+VARIANTS["t8_all"] = {(graphs, "SHORT_TIER_BOUND"): {}}
+VARIANTS["t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8), (graphs, "SHORT_TIER_BOUND"): {2: 1280, 4: 1280, 8: 1280}}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
 _MML = {(bench_kernels, "MAX_MODEL_LEN"): 40960}  # (since session 16 also what every variant gets by default)

@@ -35,6 +35,8 @@
 #    sized), o's ring at 4 or 3 stages, and a Gluon-split graph up to 2048 keys; then the 8B's o ring at 3 stages
 # 24. (session 24) sizing per bound (SHORT_SIZED a tuple of bounds): the 1280-key graph sized with one-step buffers,
 #    o at 3 or 4 stages; a 2048-key Gluon-split graph sized, alone or after the 1280 one
+# 26. (staged in session 24) short graphs per row count: 1 row only (session 23's), 8 rows up to 1280 keys (shipped),
+#    up to 2048, every bound, and 2-8 rows up to 1280: replays of 1, 2, 4 and 8 rows at 1k, 1.5k and 2k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -114,6 +116,9 @@ elif [ "$1" = 24 ]; then  # (session 24) sizing per bound: the 1280-key graph si
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,1536,1792 timeout 400 python scripts/ab_decode.py \
     $OUT/sized_bound_ab.json qwen3-4b base s1280 s1280_o4 g2k1 g2k1_o4 s1280_g2k1 s1280_o4_g2k1 base#2 s1280#2 \
     s1280_o4#2 g2k1#2 s1280_g2k1#2 2>&1 | grep "ctx "
+elif [ "$1" = 26 ]; then  # (staged in session 24) which row counts and bounds get short graphs
+  env AB_ROWS=1,2,4,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,1536,2048 timeout 500 python scripts/ab_decode.py \
+    $OUT/short_tiers_ab.json qwen3-4b short_t1 base t8_2048 t8_all t1248 base#2 t1248#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
