@@ -180,7 +180,8 @@ class TargetGraphs:
         """The tier-t forward on the static buffers; keys: the most keys a row replaying it holds (the window)."""
         ctx = ForwardContext(positions=self.positions[:t], slot_mapping=self.slots[:t], block_tables=self.tables,
                              page_size=self.page_size, row_seq=self.row_seq[:t], row_kv_len=self.row_len[:t],
-                             max_kv_len=keys or self.max_positions, block_lead=self.block_lead[:t],
+                             max_kv_len=min(keys or self.max_positions, self.max_positions),
+                             block_lead=self.block_lead[:t],
                              block_rows=self.block_rows[:t])
         logits = self.runner.forward_rows(self.ids[:t], ctx)
         from sparkdec.ops.triton_argmax import argmax_rows

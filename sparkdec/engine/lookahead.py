@@ -6,9 +6,8 @@ Used when every sequence of a decode-only batch decodes plainly (greedy or sampl
 whose limit (max_tokens or the context window) step k's token reaches gets no step k+1, so a request that ends at its
 limit costs one forward per token. A step queued for a sequence that step k then finished otherwise (EOS, stop id or
 string, abort) is computed and thrown away; its K/V goes to the sequence's own pages, which are released only after
-it (the device runs in order). Any other batch
-(prompt chunks, speculation, new sequences) first drains the pending step and the engine takes the ordinary round
-next call.
+it (the device runs in order). Any other batch (prompt chunks, speculation, new sequences) first drains the pending
+step and the engine takes the ordinary round next call.
 """
 from __future__ import annotations
 
