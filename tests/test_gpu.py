@@ -41,6 +41,17 @@ def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypa
     assert graphed == [eager.generate([p], GREEDY)[0].token_ids for p in PROMPTS]
 
 
+def test_eight_sequences_of_different_lengths_in_the_short_graph_equal_eager(target):
+    """Eight sequences decoding together replay tier 8's short graph (engine/graphs.SHORT_TIERS, SHORT_TIER_BOUND:
+    sized for 1280 keys) while they hold few keys: the tokens are the eager ones, with rows of 3-35 prompt tokens."""
+    prompts = PROMPTS + [p[::-1] for p in PROMPTS]  # 8 sequences, 4 lengths
+    llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
+    assert [b for b, _ in llm.engine.runner.graphs.short[8]] == [1280]
+    graphed = [o.token_ids for o in llm.generate(prompts, GREEDY)]
+    eager = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=False).generate(prompts, GREEDY)
+    assert graphed == [o.token_ids for o in eager]
+
+
 def test_decode_replays_rewrite_what_decoding_wrote(target):
     """bench.kernels.decode_replays_ms replays the decode graph at positions already decoded, each with its own token:
     the keys and values there stay bit for bit what decoding wrote."""
