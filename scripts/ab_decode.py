@@ -317,6 +317,13 @@ VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}
 VARIANTS["short_t1"] = {(graphs, "SHORT_TIERS"): (1,)}
+# (staged for session 25) the 4B qkv product at split-K 2 (192 programs on all SMs rather than 96: other bits, so list
+# qkv_s2 first and the tokens column checks qkv_s2_rope against it), with its slices summed by the RoPE kernel
+# (triton_gemm.QKV_SLICES_TO_ROPE) rather than by each tile's last program
+VARIANTS["qkv_s2"] = _tiles({QKV: (64, 128, 2, 4, 4)})
+VARIANTS["qkv_s2_rope"] = {**VARIANTS["qkv_s2"], (triton_gemm, "QKV_SLICES_TO_ROPE"): True}
+VARIANTS["qkv_s2_rope_bk128"] = {**_tiles({QKV: (64, 128, 2, 4, 4)}, {QKV: (64, 128, 4, 1)}),
+                                 (triton_gemm, "QKV_SLICES_TO_ROPE"): True}
 # (staged for session 25) 8 rows up to the 2048-key graph or every bound; 2 and 4 rows (verifies of 2-4) as 8 rows
 VARIANTS["t8_2048"] = {(graphs, "SHORT_TIER_BOUND"): {8: 2048}}
 VARIANTS["t8_all"] = {(graphs, "SHORT_TIER_BOUND"): {}}

@@ -37,6 +37,8 @@
 #    o at 3 or 4 stages; a 2048-key Gluon-split graph sized, alone or after the 1280 one
 # 26. (staged in session 24) short graphs per row count: 1 row only (session 23's), 8 rows up to 1280 keys (shipped),
 #    up to 2048, every bound, and 2-8 rows up to 1280: replays of 1, 2, 4 and 8 rows at 1k, 1.5k and 2k
+# 27. (staged in session 24) the 4B qkv product at split-K 2 (all SMs), its slices summed by the q/k norm + RoPE
+#    kernel (triton_gemm.QKV_SLICES_TO_ROPE): its GPU bits test, then the A/B at 1k and 8k, 1 and 8 rows
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -119,6 +121,11 @@ elif [ "$1" = 24 ]; then  # (session 24) sizing per bound: the 1280-key graph si
 elif [ "$1" = 26 ]; then  # (staged in session 24) which row counts and bounds get short graphs
   env AB_ROWS=1,2,4,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,1536,2048 timeout 500 python scripts/ab_decode.py \
     $OUT/short_tiers_ab.json qwen3-4b short_t1 base t8_2048 t8_all t1248 base#2 t1248#2 2>&1 | grep "ctx "
+elif [ "$1" = 27 ]; then  # (staged in session 24) qkv at split-K 2, its slices summed by the RoPE kernel
+  timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "qkv_slices" 2>&1 | tail -1
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 400 python scripts/ab_decode.py \
+    $OUT/qkv_s2_ab.json qwen3-4b qkv_s2 qkv_s2_rope qkv_s2_rope_bk128 base qkv_s2#2 qkv_s2_rope#2 base#2 2>&1 \
+    | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -53,6 +53,7 @@ def local_bytes(cubin: bytes) -> int:
     dict(bk=256, stages=3, xring=0, pace=1),           # paced, x loaded once (one arrival per stage)
     dict(stages=4, pre=2, pace=1),                     # paced, two stages before the wait
     dict(k=1024, stages=6, pace=1),                    # paced, a ring deeper than the program's tiles
+    dict(bk=256, stages=3, split=2, defer=True),       # qkv at split-K 2, slices left for RoPE (no residual)
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)

@@ -180,6 +180,38 @@ def test_fused_kernels_match_reference_ops_in_bf16():
     assert torch.equal(vc[slots], heads[:, 40:])
 
 
+def test_qkv_slices_summed_by_rope_give_the_products_bits(monkeypatch):
+    """triton_gemm.QKV_SLICES_TO_ROPE (staged) with the 4B qkv product at split-K 2: 1 and 8 rows (a Gluon launch
+    leaving its slices to the RoPE kernel) give q, keys and values bit for bit what 24 rows give (the Triton
+    kernel, its last program summing the slices) and what the product's own finish gives."""
+    from sparkdec.ops import triton_fused as tf
+    from sparkdec.ops import triton_gemm as tg
+    from sparkdec.ops.partials import Partials
+    from sparkdec.ops.rope import RotaryTable
+
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    monkeypatch.setitem(tg.CONFIGS, (6144, 2560), (64, 128, 2, 4, 4))
+    w = (torch.randn(6144, 2560, device=dev) * 0.02).to(dt)
+    x = torch.randn(24, 2560, device=dev, dtype=dt)
+    rope = RotaryTable(128, 1e6, 4096, dev)
+    wq, wk = torch.randn(128, device=dev, dtype=dt), torch.randn(128, device=dev, dtype=dt)
+    pos, slots = torch.arange(100, 124, device=dev), torch.arange(24, device=dev)
+
+    def rows(m, slices):
+        monkeypatch.setattr(tg, "QKV_SLICES_TO_ROPE", slices)
+        qkv = tg.gemm(x[:m], w, partial=tg.QKV_SLICES_TO_ROPE)
+        assert isinstance(qkv, Partials) == (slices and m <= 16)
+        kc, vc = torch.zeros(24, 8, 128, device=dev, dtype=dt), torch.zeros(24, 8, 128, device=dev, dtype=dt)
+        q = tf.qkv_rope_store(qkv, 32, 8, wq, wk, 1e-6, rope.cos, rope.sin, pos[:m], slots[:m], kc, vc)
+        return q, kc[:m], vc[:m]
+
+    want = rows(24, False)
+    for m in (1, 8):
+        for slices in (True, False):
+            assert all(torch.equal(a, b[:m]) for a, b in zip(rows(m, slices), want)), (m, slices)
+
+
 def test_gemm_rows_are_batch_invariant_and_close_to_cublas():
     """Every variant (plain, SiLU, residual; with and without split-K): a row's bits do not depend
     on M, and the product is close to cuBLAS in float32."""

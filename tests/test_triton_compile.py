@@ -90,13 +90,20 @@ def test_stamps_and_dead_exit_compile_and_stamps_cost_nothing_off():
 def rope_ptx(**switches) -> str:
     from sparkdec.ops import triton_fused as tf
 
-    ints = ["stride_t", "stride_qt", "stride_qh", "stride_cs", "stride_ch", "stride_cos", "q_cols"]
+    ints = ["stride_t", "stride_qt", "stride_qh", "stride_cs", "stride_ch", "stride_cos", "q_cols", "tiles"]
     types = {"qkv_ptr": "*bf16", "qw_ptr": "*bf16", "kw_ptr": "*bf16", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
              "pos_ptr": "*i64", "slot_ptr": "*i64", "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16",
-             "eps": "fp32", **{n: "i32" for n in ints}, "stamp_ptr": "*i64"}
-    consts = dict(NUM_Q=32, NUM_KV=8, HALF=64, PDL=2, V_EARLY=0, STAMPS=0)
+             "eps": "fp32", **{n: "i32" for n in ints}, "ws_ptr": "*fp32", "stamp_ptr": "*i64"}
+    consts = dict(NUM_Q=32, NUM_KV=8, HALF=64, PDL=2, V_EARLY=0, STAMPS=0, SLICES=0, BN=1, MP=1)
     consts.update(switches)
     return ptx_of(tf._qkv_rope_store_kernel, types, consts, tuple(ints))
+
+
+def test_rope_reading_the_qkv_products_slices_compiles():
+    """triton_gemm.QKV_SLICES_TO_ROPE (staged): the kernel summing qkv's split-K slices compiles, two loads per
+    element where the tensor's form has one."""
+    plain, sliced = rope_ptx(V_EARLY=1), rope_ptx(V_EARLY=1, SLICES=2, BN=64, MP=8)
+    assert "griddepcontrol.wait" in sliced and sliced.count("ld.global") > plain.count("ld.global")
 
 
 def test_rope_v_early_loads_the_values_before_the_norms_reductions():

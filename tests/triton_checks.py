@@ -78,6 +78,34 @@ def _check_qkv_rope_store():
     assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
 
 
+def check_qkv_rope_store_from_slices():
+    """The qkv product's split-K slices (ops/partials.Partials, triton_gemm.QKV_SLICES_TO_ROPE) summed by the RoPE
+    kernel: the same q, keys and values as from the tensor the product's last program would have written."""
+    from sparkdec.ops import triton_fused
+    from sparkdec.ops.partials import Partials
+
+    t, hq, hkv, d, bn, mp, split = 5, 4, 2, 16, 32, 8, 3
+    n = (hq + 2 * hkv) * d
+    tiles = n // bn
+    ws = torch.randn(split, tiles, mp, bn)
+    summed = torch.zeros(tiles, mp, bn)
+    for s in range(split):  # from zero, in slice order
+        summed += ws[s]
+    qkv = summed[:, :t].permute(1, 0, 2).reshape(t, n).contiguous()  # [tiles, MP, BN] -> [T, N]
+    rope = RotaryTable(d, 1e4, 64)
+    qw, kw = torch.randn(d), torch.randn(d)
+    pos, slots = torch.tensor([3, 9, 10, 40, 63]), torch.tensor([7, 0, 2, 30, 31])
+    shipped = triton_fused.ROPE_V_EARLY
+    for early in (False, True):
+        triton_fused.ROPE_V_EARLY = early
+        got, want = [], []
+        for src, out in ((Partials(ws.flatten(), None, torch.empty(t, n), split, tiles, bn, mp), got), (qkv, want)):
+            kc, vc = torch.zeros(32, hkv, d), torch.zeros(32, hkv, d)
+            out += [qkv_rope_store(src, hq, hkv, qw, kw, 1e-6, rope.cos, rope.sin, pos, slots, kc, vc), kc, vc]
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), early
+    triton_fused.ROPE_V_EARLY = shipped
+
+
 def check_markov_step():
     from sparkdec.ops.triton_markov import markov_step
 
@@ -377,6 +405,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
     check_qkv_rope_store()
+    check_qkv_rope_store_from_slices()
     check_fused_layer()
     check_markov_step()
     check_coupled_chain()

@@ -130,6 +130,7 @@ class Qwen3DecoderLayer(nn.Module):
         triton_gemm.SUM_IN_NORM, as a product's unsummed slices that the next norm kernel sums (ops/partials.py).
         Folding the norms into the Triton and Gluon products, and the q/k norm + RoPE into the attention split
         kernel, were measured slower on the H200."""
+        from sparkdec.ops import triton_gemm
         from sparkdec.ops.triton_fused import norm_of, qkv_rope_store
         from sparkdec.ops.triton_gemm import gemm
         from sparkdec.ops.triton_gemm import mlp as mlp_block
@@ -137,7 +138,7 @@ class Qwen3DecoderLayer(nn.Module):
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
         x, h = norm_of(h, ln1.weight, ln1.eps)  # h: a tensor, or the last product's unsummed slices (ops/partials.py)
-        qkv = gemm(x, attn.qkv_weight)  # [T, (Hq + 2 Hkv) * D]
+        qkv = gemm(x, attn.qkv_weight, partial=triton_gemm.QKV_SLICES_TO_ROPE)  # [T, (Hq + 2 Hkv) * D] or slices
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True)  # [T, Hq, D]

@@ -4,7 +4,8 @@ The decoder layer's o and down products add a residual, and each is followed by 
 `triton_gemm.SUM_IN_NORM`, their Gluon launches store each K slice's partial tile and stop: the norm kernel sums the
 slices in slice order, rounds, adds the residual and writes the new residual stream `out` itself (the same
 operations as the product's last program, so the same bits), instead of the product's atomic arrival counter and
-the reload in its tail.
+the reload in its tail. (Staged: the qkv product's slices, with no residual, for the q/k norm + RoPE kernel,
+`triton_gemm.QKV_SLICES_TO_ROPE`.)
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 @dataclass
 class Partials:
     ws: torch.Tensor  # fp32 [SPLIT_K, tiles, MP, BN] flattened: slice s, tile t, token row m, weight row n
-    residual: torch.Tensor  # [M, N]: added after the slices' sum is rounded to out's dtype
+    residual: torch.Tensor | None  # [M, N]: added after the slices' sum is rounded to out's dtype (None: nothing)
     out: torch.Tensor  # [M, N]: residual + product, written by the norm kernel that reads these slices
     split_k: int
     tiles: int

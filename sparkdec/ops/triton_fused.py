@@ -111,10 +111,26 @@ ROPE_V_EARLY = True
 
 
 @triton.jit
+def _qkv_cols(qkv_ptr, ws_ptr, t, cols, mask, stride_t, tiles, HALF: tl.constexpr, SLICES: tl.constexpr,
+              BN: tl.constexpr, MP: tl.constexpr):
+    """[HALF] columns `cols` of token row t of the qkv product, in its dtype: the tensor's, or (SLICES > 0) its split-K
+    slices ([SLICES, tiles, MP, BN] fp32, ops/partials.py) summed from zero in slice order and rounded, as the
+    product's last program sums them: the same values."""
+    if SLICES == 0:
+        return tl.load(qkv_ptr + t * stride_t + cols, mask=mask, other=0.0)
+    part = (cols // BN) * (BN * MP) + t * BN + cols % BN  # element (t, col) of a slice's [tiles, MP, BN]
+    total = tl.zeros([HALF], tl.float32)
+    for s in tl.static_range(SLICES):
+        total += tl.load(ws_ptr + s * (tiles * BN * MP) + part, mask=mask, other=0.0)
+    return total.to(qkv_ptr.dtype.element_ty)
+
+
+@triton.jit
 def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, q_ptr, k_ptr, v_ptr, eps,
-                           stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols,
+                           stride_t, stride_qt, stride_qh, stride_cs, stride_ch, stride_cos, q_cols, ws_ptr, tiles,
                            NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HALF: tl.constexpr, PDL: tl.constexpr,
-                           V_EARLY: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr):
+                           V_EARLY: tl.constexpr, stamp_ptr, STAMPS: tl.constexpr, SLICES: tl.constexpr,
+                           BN: tl.constexpr, MP: tl.constexpr):
     stamp(stamp_ptr, 0, STAMPS)
     pdl_launch_early(PDL)
     t = tl.program_id(0)
@@ -137,14 +153,15 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
     pdl_wait(PDL)
     stamp(stamp_ptr, 1, STAMPS)
     col = tl.where(is_q, h * 2 * HALF, q_cols + kvh * 2 * HALF)
-    base = qkv_ptr + t * stride_t + col
-    a = tl.load(base + offs).to(tl.float32)
-    b = tl.load(base + HALF + offs).to(tl.float32)
+    vcol = col + NUM_KV * 2 * HALF  # a key head's value head
+    every = offs < HALF
+    a = _qkv_cols(qkv_ptr, ws_ptr, t, col + offs, every, stride_t, tiles, HALF, SLICES, BN, MP).to(tl.float32)
+    b = _qkv_cols(qkv_ptr, ws_ptr, t, col + HALF + offs, every, stride_t, tiles, HALF, SLICES, BN, MP).to(tl.float32)
     if V_EARLY:  # a key head's value halves loaded beside its key: compiled in place, their loads wait for the
         # norm's reductions (barriers), a second memory round trip after the wait
-        v_live = (offs < HALF) & (h >= NUM_Q)
-        va = tl.load(base + NUM_KV * 2 * HALF + offs, mask=v_live, other=0.0)
-        vb = tl.load(base + NUM_KV * 2 * HALF + HALF + offs, mask=v_live, other=0.0)
+        v_live = every & (h >= NUM_Q)
+        va = _qkv_cols(qkv_ptr, ws_ptr, t, vcol + offs, v_live, stride_t, tiles, HALF, SLICES, BN, MP)
+        vb = _qkv_cols(qkv_ptr, ws_ptr, t, vcol + HALF + offs, v_live, stride_t, tiles, HALF, SLICES, BN, MP)
     inv = tl.rsqrt((tl.sum(a * a, 0) + tl.sum(b * b, 0)) / (2 * HALF) + eps)
     a = (w1 * (a * inv).to(dt)).to(dt).to(tl.float32)
     b = (w2 * (b * inv).to(dt)).to(dt).to(tl.float32)
@@ -158,27 +175,32 @@ def _qkv_rope_store_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, s
         out = k_ptr + slot * stride_cs + kvh * stride_ch
         tl.store(out + offs, lo)
         tl.store(out + HALF + offs, hi)
-        vsrc = base + NUM_KV * 2 * HALF
         vdst = v_ptr + slot * stride_cs + kvh * stride_ch
-        if V_EARLY:
-            tl.store(vdst + offs, va)
-            tl.store(vdst + HALF + offs, vb)
-        else:
-            tl.store(vdst + offs, tl.load(vsrc + offs))
-            tl.store(vdst + HALF + offs, tl.load(vsrc + HALF + offs))
+        if not V_EARLY:
+            va = _qkv_cols(qkv_ptr, ws_ptr, t, vcol + offs, every, stride_t, tiles, HALF, SLICES, BN, MP)
+            vb = _qkv_cols(qkv_ptr, ws_ptr, t, vcol + HALF + offs, every, stride_t, tiles, HALF, SLICES, BN, MP)
+        tl.store(vdst + offs, va)
+        tl.store(vdst + HALF + offs, vb)
     stamp(stamp_ptr, 2, STAMPS)
 
 
 def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weight, eps: float, cos, sin,
                    positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
-    """qkv [T, (num_q + 2 num_kv) * D] (q heads, k heads, v heads) -> q [T, num_q, D] normed and rotated;
-    keys are normed, rotated and stored at k_cache[slots], values stored at v_cache[slots]. One launch.
-    num_q = 0 stores keys and values only (the drafter's context write) and returns None."""
+    """qkv [T, (num_q + 2 num_kv) * D] (q heads, k heads, v heads), or the qkv product's unsummed split-K slices
+    (ops/partials.Partials, no residual) -> q [T, num_q, D] normed and rotated; keys are normed, rotated and stored
+    at k_cache[slots], values stored at v_cache[slots]. One launch. num_q = 0 stores keys and values only (the
+    drafter's context write) and returns None."""
+    parts = qkv if isinstance(qkv, Partials) else None
+    if parts is not None:
+        assert parts.residual is None, "qkv_rope_store: the slices of a product with a residual"
+        qkv = parts.out  # (never written: its dtype and row stride)
     t = qkv.shape[0]
     d = k_cache.shape[2]
     q = torch.empty(t, max(num_q, 1), d, dtype=qkv.dtype, device=qkv.device)
+    sliced = dict(SLICES=parts.split_k, BN=parts.bn, MP=parts.mp) if parts else dict(SLICES=0, BN=1, MP=1)
     _qkv_rope_store_kernel[(t, num_q + num_kv)](
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
-        NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2, V_EARLY=ROPE_V_EARLY, **pdl_args("rope"), **stamps.args("rope", q))
+        parts.ws if parts else qkv, parts.tiles if parts else 0, NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2,
+        V_EARLY=ROPE_V_EARLY, **sliced, **pdl_args("rope"), **stamps.args("rope", q))
     return q if num_q else None

@@ -57,6 +57,11 @@ FUSED_MLP = False
 # 3.072 -> 2.905 at 8 (sum_in_norm_ab_h200_2026-11-30.json). SPARKDEC_SUM_IN_NORM=0 turns it off (read at every
 # launch: A/B runs patch it)
 SUM_IN_NORM = flag("SPARKDEC_SUM_IN_NORM", True)
+# (staged, A/B: scripts/ab_decode.py "qkv_s2_rope") the qkv product leaves its split-K slices to the q/k norm + RoPE
+# kernel (ops/triton_fused.qkv_rope_store sums them as the product's last program would). With qkv at split-K 1 (the
+# table's) it never engages; at split-K 2 qkv runs 192 programs on all SMs rather than 96 on 96 (its stream in the
+# decode graph: about 3.1 TB/s, session 22's timeline), with no arrival counters or tail reload
+QKV_SLICES_TO_ROPE = False
 
 
 def pdl_mode(kind: str | None = None) -> int:
@@ -276,8 +281,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
-    than x's gets that rounding too. partial (with a residual): where SUM_IN_NORM holds
-    and a split-K Gluon launch runs it, return its unsummed slices (ops/partials.Partials, for the next norm
+    than x's gets that rounding too. partial: where SUM_IN_NORM holds and a split-K Gluon launch runs it, return its
+    unsummed slices (ops/partials.Partials, for the next norm kernel; with no residual, for the q/k norm + RoPE
     kernel) instead of the tensor."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
@@ -294,8 +299,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if gluon_cfg is not None:
         tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
-        defer = (partial and SUM_IN_NORM and split_k > 1 and residual is not None and not silu
-                 and out.dtype == x.dtype)
+        defer = partial and SUM_IN_NORM and split_k > 1 and not silu and out.dtype == x.dtype
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
                               pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
