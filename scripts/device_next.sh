@@ -47,7 +47,7 @@ if [ "${1:-1}" = 1 ] || [ "$1" = 25 ]; then  # the GPU suite in two halves (each
   python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --collect-only 2>/dev/null | grep "::" > $OUT/ids.txt
   half=$(( ($(wc -l < $OUT/ids.txt) + 1) / 2 ))
   if [ "${1:-1}" = 1 ]; then ids=$(head -n $half $OUT/ids.txt); else ids=$(tail -n +$((half + 1)) $OUT/ids.txt); fi
-  timeout 500 python -m pytest -q -m gpu -p no:cacheprovider $ids > $OUT/gpu_tests_$1.txt 2>&1
+  timeout 500 python -m pytest -q -m gpu -p no:cacheprovider --durations=12 $ids > $OUT/gpu_tests_$1.txt 2>&1
   grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_$1.txt | head -12
   if [ "$1" = 25 ]; then
     timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json \
