@@ -54,6 +54,18 @@ RES_EARLY = True
 
 
 @triton.jit
+def _slices_sum(ws_ptr, row, cols, mask, tiles, SIZE: tl.constexpr, SPLIT_K: tl.constexpr, BN: tl.constexpr,
+                MP: tl.constexpr):
+    """fp32 [SIZE]: columns `cols` of token row `row` of a split-K product's slices ([SPLIT_K, tiles, MP, BN],
+    ops/partials.py) summed from zero in slice order: the product's last program's sum, before its rounding."""
+    part = (cols // BN) * (BN * MP) + row * BN + cols % BN  # element (row, col) of a slice's [tiles, MP, BN]
+    total = tl.zeros([SIZE], tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        total += tl.load(ws_ptr + s * (tiles * BN * MP) + part, mask=mask, other=0.0)
+    return total
+
+
+@triton.jit
 def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stride_r, stride_o, stride_h, tiles,
                             SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
                             PDL: tl.constexpr, RES_EARLY: tl.constexpr):
@@ -68,10 +80,7 @@ def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stri
     pdl_wait(PDL)
     if not RES_EARLY:
         res = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0)
-    part = (offs // BN) * (BN * MP) + row * BN + offs % BN  # element (row, n) of a slice's [tiles, MP, BN]
-    total = tl.zeros([BLOCK], tl.float32)
-    for s in tl.static_range(SPLIT_K):  # NOTE: from zero, in slice order: the product's last program's sum
-        total += tl.load(ws_ptr + s * (tiles * BN * MP) + part, mask=mask, other=0.0)
+    total = _slices_sum(ws_ptr, row, offs, mask, tiles, BLOCK, SPLIT_K, BN, MP)
     dt = h_ptr.dtype.element_ty
     h = (res.to(tl.float32) + total.to(dt).to(tl.float32)).to(dt)  # the product's residual epilogue
     tl.store(h_ptr + row * stride_h + offs, h, mask=mask)
@@ -118,11 +127,7 @@ def _qkv_cols(qkv_ptr, ws_ptr, t, cols, mask, stride_t, tiles, HALF: tl.constexp
     product's last program sums them: the same values."""
     if SLICES == 0:
         return tl.load(qkv_ptr + t * stride_t + cols, mask=mask, other=0.0)
-    part = (cols // BN) * (BN * MP) + t * BN + cols % BN  # element (t, col) of a slice's [tiles, MP, BN]
-    total = tl.zeros([HALF], tl.float32)
-    for s in tl.static_range(SLICES):
-        total += tl.load(ws_ptr + s * (tiles * BN * MP) + part, mask=mask, other=0.0)
-    return total.to(qkv_ptr.dtype.element_ty)
+    return _slices_sum(ws_ptr, t, cols, mask, tiles, HALF, SLICES, BN, MP).to(qkv_ptr.dtype.element_ty)
 
 
 @triton.jit
