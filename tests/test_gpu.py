@@ -42,14 +42,17 @@ def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypa
 
 
 def test_eight_sequences_of_different_lengths_in_the_short_graph_equal_eager(target):
-    """Eight sequences decoding together replay tier 8's short graph (engine/graphs.SHORT_TIERS, SHORT_TIER_BOUND:
-    sized for 1280 keys) while they hold few keys: the tokens are the eager ones, with rows of 3-35 prompt tokens."""
+    """Eight, three and two sequences decoding together replay tiers 8, 4 and 2's short graphs (engine/graphs.
+    SHORT_TIERS, SHORT_TIER_BOUND: sized for 1280 and 2048 keys) while they hold few keys: the tokens are the eager
+    ones, with rows of 3-35 prompt tokens."""
     prompts = PROMPTS + [p[::-1] for p in PROMPTS]  # 8 sequences, 4 lengths
     llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
-    assert [b for b, _ in llm.engine.runner.graphs.short[8]] == [1280]
-    graphed = [o.token_ids for o in llm.generate(prompts, GREEDY)]
-    eager = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=False).generate(prompts, GREEDY)
-    assert graphed == [o.token_ids for o in eager]
+    assert [b for b, _ in llm.engine.runner.graphs.short[8]] == [1280, 2048]
+    assert [b for b, _ in llm.engine.runner.graphs.short[4]] == [1280]
+    eager = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=False)
+    for batch in (prompts, prompts[2:5], prompts[5:7]):
+        graphed = [o.token_ids for o in llm.generate(batch, GREEDY)]
+        assert graphed == [o.token_ids for o in eager.generate(batch, GREEDY)]
 
 
 def test_decode_replays_rewrite_what_decoding_wrote(target):

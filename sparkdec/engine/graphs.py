@@ -54,9 +54,12 @@ ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) r
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json), before the sized Gluon graphs.
 # With them (session 24) 8 rows at 1k: replay 2.796/2.794 -> 2.734/2.740 ms, a verify of 8 2.782/2.792 -> 2.728/2.727
-# (short_t18_ab_h200_2026-12-01_session24.json; 2 and 4 rows and 8 rows past 1280 keys not measured since).
-SHORT_TIERS = (1, 8)
-SHORT_TIER_BOUND = {8: 1280}  # the largest bound whose short graph a tier gets (a tier not named: every bound)
+# (short_t18_ab_h200_2026-12-01_session24.json). Session 25 (short_tiers_ab_h200_2026-12-01_session25.json), replay
+# ms at 1k: 2 rows 2.725/2.731 -> 2.519/2.521 and 4 rows 2.758/2.763 -> 2.602/2.602 with the 1280-key graph; at 1.5k
+# 8 rows 2.865/2.857 -> 2.796 with the 2048-key graph (2 and 4 rows past 1280 keys not measured; 1 row unchanged).
+SHORT_TIERS = (1, 2, 4, 8)
+# the largest bound whose short graph a tier gets (a tier not named: every bound)
+SHORT_TIER_BOUND = {2: 1280, 4: 1280, 8: 2048}
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
