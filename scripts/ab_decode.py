@@ -328,6 +328,11 @@ VARIANTS["qkv_s2_rope_bk128"] = {**_tiles({QKV: (64, 128, 2, 4, 4)}, {QKV: (64, 
 VARIANTS["t8_2048"] = {(graphs, "SHORT_TIER_BOUND"): {8: 2048}}
 VARIANTS["t8_all"] = {(graphs, "SHORT_TIER_BOUND"): {}}
 VARIANTS["t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8), (graphs, "SHORT_TIER_BOUND"): {2: 1280, 4: 1280, 8: 1280}}
+# (session 25) 2 and 4 rows in the 2048-key graph too (shipped: 1280 keys at most); both RMSNorm kernels with 8 or 16
+# warps (triton_fused.NORM_WARPS: other bits, so list norm_w8 first and the tokens column checks the rest against it)
+VARIANTS["t24_2048"] = {(graphs, "SHORT_TIER_BOUND"): {8: 2048}}
+VARIANTS["norm_w8"] = {(triton_fused, "NORM_WARPS"): 8}
+VARIANTS["norm_w16"] = {(triton_fused, "NORM_WARPS"): 16}
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
 _MML = {(bench_kernels, "MAX_MODEL_LEN"): 40960}  # (since session 16 also what every variant gets by default)

@@ -39,6 +39,8 @@
 #    up to 2048, every bound, and 2-8 rows up to 1280: replays of 1, 2, 4 and 8 rows at 1k, 1.5k and 2k
 # 27. (staged in session 24) the 4B qkv product at split-K 2 (all SMs), its slices summed by the q/k norm + RoPE
 #    kernel (triton_gemm.QKV_SLICES_TO_ROPE): its GPU bits test, then the A/B at 1k and 8k, 1 and 8 rows
+# 28. (session 25) both RMSNorm kernels at 8 or 16 warps (triton_fused.NORM_WARPS; other bits), 1k, 1 and 8 rows;
+#    then 2 and 4 rows in the 2048-key short graph too, at 1.5k and 2k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -126,6 +128,11 @@ elif [ "$1" = 27 ]; then  # (staged in session 24) qkv at split-K 2, its slices 
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 400 python scripts/ab_decode.py \
     $OUT/qkv_s2_ab.json qwen3-4b qkv_s2 qkv_s2_rope qkv_s2_rope_bk128 base qkv_s2#2 qkv_s2_rope#2 base#2 2>&1 \
     | grep "ctx "
+elif [ "$1" = 28 ]; then  # (session 25) the RMSNorm kernels' warps; 2 and 4 rows in the 2048-key short graph
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_decode.py \
+    $OUT/norm_warps_ab.json qwen3-4b norm_w8 norm_w16 base norm_w8#2 norm_w16#2 base#2 2>&1 | grep "ctx "
+  env AB_ROWS=2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1536,2048 timeout 200 python scripts/ab_decode.py \
+    $OUT/t24_ab.json qwen3-4b base t24_2048 base#2 t24_2048#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -16,6 +16,11 @@ from sparkdec.ops.stamps import stamp
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 
+# the warps of both RMSNorm kernels (one program per row): they set the sum of squares' reduction order, so the two
+# kernels must share them (a row's bits then do not depend on which kernel normed it)
+NORM_WARPS = 4
+
+
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
                      HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
@@ -69,7 +74,7 @@ def _slices_sum(ws_ptr, row, cols, mask, tiles, SIZE: tl.constexpr, SPLIT_K: tl.
 def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stride_r, stride_o, stride_h, tiles,
                             SPLIT_K: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, BLOCK: tl.constexpr,
                             PDL: tl.constexpr, RES_EARLY: tl.constexpr):
-    # NOTE: the warps (4, Triton's default) are _rms_norm_kernel's: they set the sum of squares' reduction order
+    # NOTE: launched with _rms_norm_kernel's warps (NORM_WARPS): they set the sum of squares' reduction order
     pdl_launch_early(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
@@ -95,7 +100,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
                            out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
-                           **pdl_args(kind))
+                           num_warps=NORM_WARPS, **pdl_args(kind))
     return (out, res_out) if residual is not None else out
 
 
@@ -109,7 +114,8 @@ def norm_of(h, weight: torch.Tensor, eps: float, kind: str = "norm") -> tuple[to
     out = torch.empty_like(h.out)
     _rms_norm_slices_kernel[(m,)](h.ws, h.residual, weight, out, h.out, n, eps, h.residual.stride(0), out.stride(0),
                                   h.out.stride(0), h.tiles, SPLIT_K=h.split_k, BN=h.bn, MP=h.mp,
-                                  BLOCK=triton.next_power_of_2(n), RES_EARLY=RES_EARLY, **pdl_args(kind))
+                                  BLOCK=triton.next_power_of_2(n), RES_EARLY=RES_EARLY, num_warps=NORM_WARPS,
+                                  **pdl_args(kind))
     return out, h.out
 
 
