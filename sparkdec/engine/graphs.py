@@ -56,10 +56,12 @@ ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) r
 # With them (session 24) 8 rows at 1k: replay 2.796/2.794 -> 2.734/2.740 ms, a verify of 8 2.782/2.792 -> 2.728/2.727
 # (short_t18_ab_h200_2026-12-01_session24.json). Session 25 (short_tiers_ab_h200_2026-12-01_session25.json), replay
 # ms at 1k: 2 rows 2.725/2.731 -> 2.519/2.521 and 4 rows 2.758/2.763 -> 2.602/2.602 with the 1280-key graph; at 1.5k
-# 8 rows 2.865/2.857 -> 2.796 with the 2048-key graph (2 and 4 rows past 1280 keys not measured; 1 row unchanged).
+# 8 rows 2.865/2.857 -> 2.796 with the 2048-key graph; 2 rows 2.731/2.729 -> 2.585/2.581 and 4 rows 2.764/2.763 ->
+# 2.680/2.676 with it (t24_ab_h200_2026-12-01_session25.json: there 2 and 4 rows also took the 3072-key graph, which
+# at 2k was slower, 2.912 -> 3.122 ms, so they stop at 2048 keys). 1 row unchanged.
 SHORT_TIERS = (1, 2, 4, 8)
 # the largest bound whose short graph a tier gets (a tier not named: every bound)
-SHORT_TIER_BOUND = {2: 1280, 4: 1280, 8: 2048}
+SHORT_TIER_BOUND = {2: 2048, 4: 2048, 8: 2048}
 
 
 def pinned(t: torch.Tensor) -> torch.Tensor:
