@@ -183,3 +183,44 @@ def test_a_tier_gets_short_graphs_up_to_its_bound_only(monkeypatch):
     short = graphs.capture_short([1, 8], lambda t, keys=None: None, None)
     assert short == {1: [(100, "g1"), (300, "g1")], 8: [(100, "g8")]}
     assert sorted(captured) == [1, 1, 8]
+
+
+def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypatch):
+    """ADVANCE: after a greedy decode replay the graph has moved its rows on (ops/triton_argmax.Advance; here its
+    torch reference in a fake replay). The next step for the same rows then stages nothing, and what the rows hold is
+    what staging that step would write, across a page boundary too; a changed table or tokens from elsewhere (a
+    sampled step) stage again."""
+    from sparkdec.ops.triton_argmax import Advance, advance_reference
+
+    monkeypatch.setattr(graphs, "ADVANCE", True)
+    g = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
+    ref = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
+    argmax, seen = torch.zeros(4, dtype=torch.long), []
+
+    class FakeGraph:
+        def replay(self):
+            seen.append(g.dev_stage.clone())  # what this replay read
+            argmax.copy_(torch.tensor([100, 200, 300, 400]) + len(seen))  # its tokens
+            advance_reference(argmax, Advance(g.advance_on[:4], g.ids[:4], g.positions[:4], g.slots[:4],
+                                              g.row_len[:4], g.row_seq[:4], g.tables, PS))
+
+    monkeypatch.setattr(g, "graph_for", lambda pieces, tier: (FakeGraph(), (None, argmax)))
+    tables, pos = [[5, 9, 2], [11, 3, 8]], [14, 30]  # row 0 enters its second page at 16
+    g.run([(tables[i], [7 + i], [pos[i]]) for i in range(2)], 4, advance=True)
+    for step in range(4):
+        pos = [p + 1 for p in pos]
+        turn = g._turn
+        g.run([(tables[i], [0], [pos[i]]) for i in range(2)], 4, ([0, 1], argmax[:2], [0, 1]), advance=True)
+        assert g._turn == turn  # nothing staged
+        tokens = [101 + step, 201 + step]  # the previous replay's argmax
+        ref._fill([(tables[i], [tokens[i]], [pos[i]]) for i in range(2)], tables, 4, advance=True)
+        assert torch.equal(seen[-1][:5], ref.dev_stage[:5]) and torch.equal(seen[-1][7:], ref.dev_stage[7:]), step
+    tables[0].append(4)  # a new page: staged again
+    pos = [p + 1 for p in pos]
+    g.run([(tables[i], [0], [pos[i]]) for i in range(2)], 4, ([0, 1], argmax[:2], [0, 1]), advance=True)
+    assert g._turn != turn
+    turn = g._turn
+    other = argmax.clone()  # a sampled step's tokens: not the graph's argmax
+    pos = [p + 1 for p in pos]
+    g.run([(tables[i], [0], [pos[i]]) for i in range(2)], 4, ([0, 1], other[:2], [0, 1]), advance=True)
+    assert g._turn != turn

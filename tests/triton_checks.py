@@ -401,6 +401,34 @@ def check_argmax():
         assert torch.equal(triton_argmax.argmax_rows(y), y.argmax(-1))
 
 
+def check_argmax_advance():
+    """The pick kernel's ADVANCE moves exactly the rows whose flag is set on to their next step (token as id, position
+    and keys + 1, the next position's slot from the row's block table), as the torch reference does; a row whose next
+    page lies past its table and the flagless rows stay as they were."""
+    from sparkdec.ops import triton_argmax
+
+    ps, pages = 4, 3
+    x = torch.randn(4, 5000)
+    tables = torch.tensor([[7, 2, 9], [5, 6, 1], [0, 0, 0]])
+    meta = torch.tensor([[0, 0, 0, 0], [6, 3, 11, 2], [90, 91, 92, 93], [7, 4, 12, 3], [1, 0, 2, 2]])  # ids .. row_seq
+    stage = {"kernel": meta.clone(), "reference": meta.clone()}
+    for name, st in stage.items():
+        ids, pos, slots, row_len, seq = st.unbind(0)
+        # row 1 crosses into page 1 of its table; row 2's next page lies past its table
+        a = triton_argmax.Advance(torch.tensor([1, 1, 1, 0]), ids, pos, slots, row_len, seq, tables, ps)
+        if name == "kernel":
+            tokens = triton_argmax.argmax_kernels(x, a)
+        else:
+            tokens = x.argmax(-1)
+            triton_argmax.advance_reference(tokens, a)
+        assert torch.equal(tokens, x.argmax(-1))
+    assert torch.equal(stage["kernel"], stage["reference"]), (stage["kernel"], stage["reference"])
+    ids, pos, slots, row_len, _ = stage["kernel"].unbind(0)
+    t = x.argmax(-1)
+    assert ids.tolist() == [int(t[0]), int(t[1]), 0, 0] and pos.tolist() == [7, 4, 11, 2]
+    assert row_len.tolist() == [8, 5, 12, 3] and slots.tolist() == [6 * ps + 3, 2 * ps + 0, 92, 93]  # tables 1, 0
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -415,4 +443,5 @@ if __name__ == "__main__":
     check_norm_of_slices()
     check_nucleus()
     check_argmax()
+    check_argmax_advance()
     print("ok")

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
+from sparkdec.env import flag
 from sparkdec.spec import coupling
 from sparkdec.staging import to_device
 
@@ -51,6 +52,11 @@ SHORT_BOUNDS: tuple = ((1280, _GLUON_SHORT),
                        (3072, {}))
 SHORT_SIZED: tuple = (1280, 2048)  # the bounds whose graphs' attention is sized for the bound, not the window
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
+# (staged in session 25, off) the decode graphs move their rows on to the next step themselves (ops/triton_argmax.
+# Advance, in the argmax's last kernel), so plain decoding one step ahead replays with no host copy and no fill
+# kernels while its rows stay the same. Between two steps' graphs the device spent about 22 us on the metadata copy,
+# the two fill kernels and their gaps (decode_loop_gaps_h200_2026-12-01_session25.json); not yet measured on.
+ADVANCE = flag("SPARKDEC_GRAPH_ADVANCE", False)
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json), before the sized Gluon graphs.
 # With them (session 24) 8 rows at 1k: replay 2.796/2.794 -> 2.734/2.740 ms, a verify of 8 2.782/2.792 -> 2.728/2.727
@@ -164,14 +170,16 @@ class TargetGraphs:
         # slots, row -> sequence, keys per row, row blocks); the graph reads views of the device copy. Two buffers,
         # used in turn: plain decoding one step ahead (engine/lookahead.py) stages step k+1 while the copy of step
         # k's may still wait in the stream behind step k-1 (ProposeGraphs.stage has one: a round reads back first)
-        self.stages = [pinned(torch.zeros(9, t, dtype=torch.long)) for _ in range(2)]
+        self.stages = [pinned(torch.zeros(10, t, dtype=torch.long)) for _ in range(2)]
         self.stages_np = [s.numpy() for s in self.stages]
         self._turn = 0
-        self.dev_stage = torch.zeros(9, t, dtype=torch.long, device=dev)
+        self.dev_stage = torch.zeros(10, t, dtype=torch.long, device=dev)
         # rows 5 and 6: packed rows that take a draft token, and where in the drafts it is (apply_fill);
-        # rows 7 and 8: attention row blocks (first row, rows), -1 / 0 past the last block
+        # rows 7 and 8: attention row blocks (first row, rows), -1 / 0 past the last block; row 9: 1 for the rows
+        # the graph moves on to their next step (ADVANCE)
         (self.ids, self.positions, self.slots, self.row_seq, self.row_len, self.fill_rows, self.fill_src,
-         self.block_lead, self.block_rows) = self.dev_stage.unbind(0)
+         self.block_lead, self.block_rows, self.advance_on) = self.dev_stage.unbind(0)
+        self._moved: tuple | None = None  # (tier, next positions, tokens' address) the last replay moved its rows to
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
@@ -189,9 +197,13 @@ class TargetGraphs:
                              block_lead=self.block_lead[:t],
                              block_rows=self.block_rows[:t])
         logits = self.runner.forward_rows(self.ids[:t], ctx)
-        from sparkdec.ops.triton_argmax import argmax_rows
+        from sparkdec.ops.triton_argmax import Advance, argmax_rows
 
-        return logits, (argmax_rows(logits) if ROW_ARGMAX else logits.argmax(-1))
+        if not ADVANCE:
+            return logits, (argmax_rows(logits) if ROW_ARGMAX else logits.argmax(-1))
+        return logits, argmax_rows(logits, Advance(self.advance_on[:t], self.ids[:t], self.positions[:t],
+                                                   self.slots[:t], self.row_len[:t], self.row_seq[:t], self.tables,
+                                                   self.page_size))
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -216,10 +228,12 @@ class TargetGraphs:
             return None
         return next((t for t in self.tiers if t >= num_tokens), None)
 
-    def _fill(self, pieces, tables, tier: int | None = None, fill=None) -> int:
+    def _fill(self, pieces, tables, tier: int | None = None, fill=None, advance: bool = False) -> int:
         """Stage every row's metadata (and the draft fill map) and copy it to the device in one transfer.
-        Returns how many rows take a draft token."""
+        advance: the graph moves these rows on to their next step (ADVANCE). Returns how many rows take a draft
+        token."""
         self._turn ^= 1
+        self._moved = None
         st, ps, at = self.stages_np[self._turn], self.page_size, 0
         tier = tier or st.shape[1]
         spans = []
@@ -234,6 +248,7 @@ class TargetGraphs:
             spans.append((at, at + k))
             at += k
         st[:5, at:tier] = self.pad_rows
+        st[9, :at], st[9, at:tier] = int(advance), 0
         nb = 0
         for lead, rows in row_blocks(spans + ([(at, tier)] if tier > at else [])):  # padding: the trash row's blocks
             st[7, nb], st[8, nb] = lead, rows
@@ -247,14 +262,28 @@ class TargetGraphs:
         self.table_rows.write(tables)
         return n_fill
 
-    def run(self, pieces, tier: int, fill=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay the tier's graph for these rows -> (logits [tier, V], argmax [tier]) static outputs."""
-        n_fill = self._fill(pieces, [p[0] for p in pieces], tier, fill)
-        if n_fill:  # the drafts never visit the host: ids[fill_rows] = drafts[fill_src], on the device
-            self.ids.index_copy_(0, self.fill_rows[:n_fill], fill[1].index_select(0, self.fill_src[:n_fill]))
+    def run(self, pieces, tier: int, fill=None, advance: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the tier's graph for these rows -> (logits [tier, V], argmax [tier]) static outputs. advance
+        (plain decode rows, one per sequence, their tokens the argmax): the graph moves the rows on to their next
+        step (ADVANCE), and the next call for exactly those rows stages nothing."""
+        if not (advance and self.moved_to(pieces, tier, fill)):
+            n_fill = self._fill(pieces, [p[0] for p in pieces], tier, fill, advance and ADVANCE)
+            if n_fill:  # the drafts never visit the host: ids[fill_rows] = drafts[fill_src], on the device
+                self.ids.index_copy_(0, self.fill_rows[:n_fill], fill[1].index_select(0, self.fill_src[:n_fill]))
         graph, (logits, argmax) = self.graph_for(pieces, tier)
         graph.replay()
+        self._moved = (tier, [p[2][0] + 1 for p in pieces], argmax.data_ptr()) if advance and ADVANCE else None
         return logits, argmax
+
+    def moved_to(self, pieces, tier: int, fill) -> bool:
+        """Did the last replay move its rows on to exactly these (the same tier, sequences in the same rows, one
+        position on, each row's token from that replay's argmax, block tables unchanged)?"""
+        moved = self._moved
+        if moved is None or fill is None or moved[0] != tier or len(pieces) != len(moved[1]):
+            return False
+        same_rows = list(fill[0]) == list(fill[2]) == list(range(len(pieces)))
+        return (same_rows and fill[1].data_ptr() == moved[2] and [p[2] for p in pieces] == [[q] for q in moved[1]]
+                and self.table_rows.unchanged([p[0] for p in pieces]))
 
 
 PROPOSE_TIERS = (1, 2, 4, 8, 16, 32, 64)
@@ -268,6 +297,10 @@ class TableRows:
         self.tables = tables
         self.trash = int(tables[0, 0])
         self.written: list[list[int] | None] = [None] * tables.shape[0]
+
+    def unchanged(self, tables: list[list[int]]) -> bool:
+        """Do the first rows hold exactly these tables already?"""
+        return all(self.written[i] == tb for i, tb in enumerate(tables))
 
     def write(self, tables: list[list[int]], pad_to: int = 0) -> None:
         for i, tb in enumerate(tables):

@@ -166,7 +166,7 @@ class ModelRunner:
         n = len(pieces)
         tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
         if tier is not None:
-            logits, argmax = self.graphs.run(pieces, tier, fill)
+            logits, argmax = self.graphs.run(pieces, tier, fill, advance=not draws)  # (greedy: rows moved on)
             return draw_tokens(logits[:n], draws) if draws else argmax[:n]
         hidden, _ = self.target_forward(pieces, fill)
         logits = self.logits(hidden)
