@@ -192,8 +192,8 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
     sampled step) stage again."""
     from sparkdec.ops.triton_argmax import Advance, advance_reference
 
-    monkeypatch.setattr(graphs, "ADVANCE", True)
     g = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
+    g.advances = True  # as capture() sets it from graphs.ADVANCE
     ref = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
     argmax, seen = torch.zeros(4, dtype=torch.long), []
 

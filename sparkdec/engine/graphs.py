@@ -180,6 +180,7 @@ class TargetGraphs:
         (self.ids, self.positions, self.slots, self.row_seq, self.row_len, self.fill_rows, self.fill_src,
          self.block_lead, self.block_rows, self.advance_on) = self.dev_stage.unbind(0)
         self._moved: tuple | None = None  # (tier, next positions, tokens' address) the last replay moved its rows to
+        self.advances = False  # the graphs were captured with ADVANCE
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
@@ -199,7 +200,7 @@ class TargetGraphs:
         logits = self.runner.forward_rows(self.ids[:t], ctx)
         from sparkdec.ops.triton_argmax import Advance, argmax_rows
 
-        if not ADVANCE:
+        if not self.advances:
             return logits, (argmax_rows(logits) if ROW_ARGMAX else logits.argmax(-1))
         return logits, argmax_rows(logits, Advance(self.advance_on[:t], self.ids[:t], self.positions[:t],
                                                    self.slots[:t], self.row_len[:t], self.row_seq[:t], self.tables,
@@ -207,6 +208,7 @@ class TargetGraphs:
 
     @torch.inference_mode()
     def capture(self) -> None:
+        self.advances = ADVANCE
         self._fill([], [])
         self.graphs = capture_tiers(self.tiers, self._forward)
         short = [t for t in SHORT_TIERS if t in self.graphs]
@@ -267,12 +269,12 @@ class TargetGraphs:
         (plain decode rows, one per sequence, their tokens the argmax): the graph moves the rows on to their next
         step (ADVANCE), and the next call for exactly those rows stages nothing."""
         if not (advance and self.moved_to(pieces, tier, fill)):
-            n_fill = self._fill(pieces, [p[0] for p in pieces], tier, fill, advance and ADVANCE)
+            n_fill = self._fill(pieces, [p[0] for p in pieces], tier, fill, advance and self.advances)
             if n_fill:  # the drafts never visit the host: ids[fill_rows] = drafts[fill_src], on the device
                 self.ids.index_copy_(0, self.fill_rows[:n_fill], fill[1].index_select(0, self.fill_src[:n_fill]))
         graph, (logits, argmax) = self.graph_for(pieces, tier)
         graph.replay()
-        self._moved = (tier, [p[2][0] + 1 for p in pieces], argmax.data_ptr()) if advance and ADVANCE else None
+        self._moved = (tier, [p[2][0] + 1 for p in pieces], argmax.data_ptr()) if advance and self.advances else None
         return logits, argmax
 
     def moved_to(self, pieces, tier: int, fill) -> bool:
