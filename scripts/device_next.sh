@@ -43,8 +43,9 @@
 #    kernel (triton_gemm.QKV_SLICES_TO_ROPE): its GPU bits test, then the A/B at 1k and 8k, 1 and 8 rows
 # 28. (session 25) both RMSNorm kernels at 8 or 16 warps (triton_fused.NORM_WARPS; other bits), 1k, 1 and 8 rows;
 #    then 2 and 4 rows in the 2048-key short graph too, at 1.5k and 2k
-# 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE): the GPU tests of plain
-#    decoding with it on, the A/B of decode ms/token at 1k and 8k, and the decode loop's gaps with it on
+# 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
+#    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
+#    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -138,12 +139,12 @@ elif [ "$1" = 28 ]; then  # (session 25) the RMSNorm kernels' warps; 2 and 4 row
   env AB_ROWS=2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1536,2048 timeout 200 python scripts/ab_decode.py \
     $OUT/t24_ab.json qwen3-4b base t24_2048 base#2 t24_2048#2 2>&1 | grep "ctx "
 elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the graph (graphs.ADVANCE): tests, A/B, gaps
-  SPARKDEC_GRAPH_ADVANCE=1 timeout 240 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
-    "lookahead or bit_identical or replay_equals_eager or eight_sequences or limit" 2>&1 | tail -2
+  SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 240 python -m pytest -q -m gpu tests/test_gpu.py \
+    -p no:cacheprovider -k "lookahead or bit_identical or replay_equals_eager or eight_sequences" 2>&1 | tail -2
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 200 python scripts/ab_decode.py \
-    $OUT/advance_ab.json qwen3-4b base advance base#2 advance#2 2>&1 | grep "ctx "
-  SPARKDEC_GRAPH_ADVANCE=1 timeout 120 python scripts/decode_loop_gaps.py $OUT/decode_loop_gaps_advance.json 2>&1 \
-    | grep -v Warn | tail -16
+    $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
+  SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
+    $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -194,6 +194,7 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
 
     g = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
     g.advances = True  # as capture() sets it from graphs.ADVANCE
+    g.ring = torch.zeros(graphs.RING_SLOTS, 4, dtype=torch.long)  # (RING_READBACK; pinned memory on CUDA)
     ref = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
     argmax, seen = torch.zeros(4, dtype=torch.long), []
 
@@ -202,7 +203,7 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
             seen.append(g.dev_stage.clone())  # what this replay read
             argmax.copy_(torch.tensor([100, 200, 300, 400]) + len(seen))  # its tokens
             advance_reference(argmax, Advance(g.advance_on[:4], g.ids[:4], g.positions[:4], g.slots[:4],
-                                              g.row_len[:4], g.row_seq[:4], g.tables, PS))
+                                              g.row_len[:4], g.row_seq[:4], g.tables, PS, g.ring))
 
     monkeypatch.setattr(g, "graph_for", lambda pieces, tier: (FakeGraph(), (None, argmax)))
     tables, pos = [[5, 9, 2], [11, 3, 8]], [14, 30]  # row 0 enters its second page at 16
@@ -214,7 +215,8 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
         assert g._turn == turn  # nothing staged
         tokens = [101 + step, 201 + step]  # the previous replay's argmax
         ref._fill([(tables[i], [tokens[i]], [pos[i]]) for i in range(2)], tables, 4, advance=True)
-        assert torch.equal(seen[-1][:5], ref.dev_stage[:5]) and torch.equal(seen[-1][7:], ref.dev_stage[7:]), step
+        assert torch.equal(seen[-1][:5], ref.dev_stage[:5]) and torch.equal(seen[-1][7:9], ref.dev_stage[7:9]), step
+        assert g.ring_slot == (step + 1) % graphs.RING_SLOTS and g.ring_tokens(g.ring_slot, 2) == argmax[:2].tolist()
     tables[0].append(4)  # a new page: staged again
     pos = [p + 1 for p in pos]
     g.run([(tables[i], [0], [pos[i]]) for i in range(2)], 4, ([0, 1], argmax[:2], [0, 1]), advance=True)
@@ -224,3 +226,4 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
     pos = [p + 1 for p in pos]
     g.run([(tables[i], [0], [pos[i]]) for i in range(2)], 4, ([0, 1], other[:2], [0, 1]), advance=True)
     assert g._turn != turn
+    assert g.ring_tokens(g.ring_slot, 2) == argmax[:2].tolist() and not g.ring[:, 2:].any()  # padding rows: none

@@ -129,13 +129,14 @@ def test_split_register_cap_fits_more_programs_per_sm_with_the_same_operations(c
 
 
 def test_the_argmax_pick_kernel_compiles_with_and_without_moving_rows_on():
-    """ops/triton_argmax's pick kernel for sm_90 with ADVANCE (engine/graphs.ADVANCE, staged off) and without; the
-    interpreter check (tests/triton_checks.check_argmax_advance) tests what it writes."""
+    """ops/triton_argmax's pick kernel for sm_90 with ADVANCE (engine/graphs.ADVANCE, staged off), with its host ring
+    (RING_READBACK) and without either; the interpreter check (tests/triton_checks.check_argmax_advance) tests what it writes."""
     from sparkdec.ops import triton_argmax as ta
 
     types = {"val_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*i64", "n": "i32", "chunks": "i32",
-             **{f"{n}_ptr": "*i64" for n in ("on", "ids", "pos", "slot", "len", "seq", "tab")},
-             "stride_tab": "i32", "pages": "i32", "page_size": "i32"}
-    for advance in (0, 1):
-        ptx = compiled(ta._pick_kernel, types, dict(CHUNKS=64, ADVANCE=advance, PDL=1), ()).asm["ptx"]
-        assert ptx.count("st.global") >= 1 + 4 * advance, advance
+             **{f"{n}_ptr": "*i64" for n in ("on", "ids", "pos", "slot", "len", "seq", "tab", "ring")},
+             "stride_tab": "i32", "pages": "i32", "page_size": "i32", "stride_ring": "i32", "ring_slots": "i32"}
+    for advance, ring in ((0, 0), (1, 0), (1, 1)):
+        consts = dict(CHUNKS=64, ADVANCE=advance, RING=ring, PDL=1)
+        ptx = compiled(ta._pick_kernel, types, consts, ()).asm["ptx"]
+        assert ptx.count("st.global") >= 1 + 4 * advance + 2 * ring, (advance, ring)

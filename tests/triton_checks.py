@@ -404,29 +404,39 @@ def check_argmax():
 def check_argmax_advance():
     """The pick kernel's ADVANCE moves exactly the rows whose flag is set on to their next step (token as id, position
     and keys + 1, the next position's slot from the row's block table), as the torch reference does; a row whose next
-    page lies past its table and the flagless rows stay as they were."""
+    page lies past its table and the flagless rows stay as they were. With a ring, each flagged row's token goes to
+    its step's slot (flag - 1) and the flag moves to the next slot."""
     from sparkdec.ops import triton_argmax
 
     ps, pages = 4, 3
     x = torch.randn(4, 5000)
+    t = x.argmax(-1)
     tables = torch.tensor([[7, 2, 9], [5, 6, 1], [0, 0, 0]])
     meta = torch.tensor([[0, 0, 0, 0], [6, 3, 11, 2], [90, 91, 92, 93], [7, 4, 12, 3], [1, 0, 2, 2]])  # ids .. row_seq
-    stage = {"kernel": meta.clone(), "reference": meta.clone()}
-    for name, st in stage.items():
-        ids, pos, slots, row_len, seq = st.unbind(0)
-        # row 1 crosses into page 1 of its table; row 2's next page lies past its table
-        a = triton_argmax.Advance(torch.tensor([1, 1, 1, 0]), ids, pos, slots, row_len, seq, tables, ps)
-        if name == "kernel":
-            tokens = triton_argmax.argmax_kernels(x, a)
-        else:
-            tokens = x.argmax(-1)
-            triton_argmax.advance_reference(tokens, a)
-        assert torch.equal(tokens, x.argmax(-1))
-    assert torch.equal(stage["kernel"], stage["reference"]), (stage["kernel"], stage["reference"])
-    ids, pos, slots, row_len, _ = stage["kernel"].unbind(0)
-    t = x.argmax(-1)
-    assert ids.tolist() == [int(t[0]), int(t[1]), 0, 0] and pos.tolist() == [7, 4, 11, 2]
-    assert row_len.tolist() == [8, 5, 12, 3] and slots.tolist() == [6 * ps + 3, 2 * ps + 0, 92, 93]  # tables 1, 0
+    for ring_slots in (0, 3):
+        stage = {"kernel": meta.clone(), "reference": meta.clone()}
+        rings = {name: torch.full((ring_slots, 4), -1) for name in stage}
+        flags = {name: torch.tensor([1, 3, 1, 0]) for name in stage}
+        for name, st in stage.items():
+            # row 1 crosses into page 1 of its table; row 2's next page lies past its table
+            ids, pos, slots, row_len, seq = st.unbind(0)
+            a = triton_argmax.Advance(flags[name], ids, pos, slots, row_len, seq, tables, ps,
+                                      rings[name] if ring_slots else None)
+            if name == "kernel":
+                tokens = triton_argmax.argmax_kernels(x, a)
+            else:
+                tokens = x.argmax(-1)
+                triton_argmax.advance_reference(tokens, a)
+            assert torch.equal(tokens, t)
+        assert torch.equal(stage["kernel"], stage["reference"]), (stage["kernel"], stage["reference"])
+        ids, pos, slots, row_len, _ = stage["kernel"].unbind(0)
+        assert ids.tolist() == [int(t[0]), int(t[1]), 0, 0] and pos.tolist() == [7, 4, 11, 2]
+        assert row_len.tolist() == [8, 5, 12, 3] and slots.tolist() == [6 * ps + 3, 2 * ps + 0, 92, 93]  # tables 1, 0
+        if ring_slots:
+            assert torch.equal(rings["kernel"], rings["reference"]) and torch.equal(flags["kernel"], flags["reference"])
+            want = torch.full((3, 4), -1)
+            want[0, 0], want[2, 1], want[0, 2] = t[0], t[1], t[2]  # row 2 (past its table) still reports its token
+            assert torch.equal(rings["kernel"], want) and flags["kernel"].tolist() == [2, 1, 2, 0]
 
 
 if __name__ == "__main__":

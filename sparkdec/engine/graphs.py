@@ -57,6 +57,10 @@ ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) r
 # kernels while its rows stay the same. Between two steps' graphs the device spent about 22 us on the metadata copy,
 # the two fill kernels and their gaps (decode_loop_gaps_h200_2026-12-01_session25.json); not yet measured on.
 ADVANCE = flag("SPARKDEC_GRAPH_ADVANCE", False)
+# (staged in session 25, off; with ADVANCE) the argmax also writes the moved-on rows' tokens into pinned host memory,
+# a ring of RING_SLOTS steps, so the lookahead reads a step's tokens with no device->host copy between the graphs
+RING_READBACK = flag("SPARKDEC_GRAPH_RING", False)
+RING_SLOTS = 4
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json), before the sized Gluon graphs.
 # With them (session 24) 8 rows at 1k: replay 2.796/2.794 -> 2.734/2.740 ms, a verify of 8 2.782/2.792 -> 2.728/2.727
@@ -181,6 +185,9 @@ class TargetGraphs:
          self.block_lead, self.block_rows, self.advance_on) = self.dev_stage.unbind(0)
         self._moved: tuple | None = None  # (tier, next positions, tokens' address) the last replay moved its rows to
         self.advances = False  # the graphs were captured with ADVANCE
+        self.ring: torch.Tensor | None = None  # [RING_SLOTS, t] pinned: the graphs write tokens here (RING_READBACK)
+        self.next_slot = 0  # the ring slot the next moved-on step writes
+        self.ring_slot: int | None = None  # the slot the last replay wrote its tokens to (None: it did not)
         self.tables = torch.full((max_seqs + 1, pages), trash_page, dtype=torch.long, device=dev)
         self.table_rows = TableRows(self.tables)
         self.trash_slot = trash_page * self.page_size
@@ -204,11 +211,13 @@ class TargetGraphs:
             return logits, (argmax_rows(logits) if ROW_ARGMAX else logits.argmax(-1))
         return logits, argmax_rows(logits, Advance(self.advance_on[:t], self.ids[:t], self.positions[:t],
                                                    self.slots[:t], self.row_len[:t], self.row_seq[:t], self.tables,
-                                                   self.page_size))
+                                                   self.page_size, self.ring))
 
     @torch.inference_mode()
     def capture(self) -> None:
         self.advances = ADVANCE
+        if ADVANCE and RING_READBACK and self.dev_stage.is_cuda:
+            self.ring = pinned(torch.zeros(RING_SLOTS, self.dev_stage.shape[1], dtype=torch.long))
         self._fill([], [])
         self.graphs = capture_tiers(self.tiers, self._forward)
         short = [t for t in SHORT_TIERS if t in self.graphs]
@@ -250,7 +259,7 @@ class TargetGraphs:
             spans.append((at, at + k))
             at += k
         st[:5, at:tier] = self.pad_rows
-        st[9, :at], st[9, at:tier] = int(advance), 0
+        st[9, :at], st[9, at:tier] = (1 + self.next_slot) if advance else 0, 0  # moved on (and its ring slot + 1)
         nb = 0
         for lead, rows in row_blocks(spans + ([(at, tier)] if tier > at else [])):  # padding: the trash row's blocks
             st[7, nb], st[8, nb] = lead, rows
@@ -274,8 +283,16 @@ class TargetGraphs:
                 self.ids.index_copy_(0, self.fill_rows[:n_fill], fill[1].index_select(0, self.fill_src[:n_fill]))
         graph, (logits, argmax) = self.graph_for(pieces, tier)
         graph.replay()
-        self._moved = (tier, [p[2][0] + 1 for p in pieces], argmax.data_ptr()) if advance and self.advances else None
+        moved = advance and self.advances
+        self._moved = (tier, [p[2][0] + 1 for p in pieces], argmax.data_ptr()) if moved else None
+        self.ring_slot = self.next_slot if moved and self.ring is not None else None
+        if moved:  # the graph moved its rows' ring slot on too (Advance)
+            self.next_slot = (self.next_slot + 1) % RING_SLOTS
         return logits, argmax
+
+    def ring_tokens(self, slot: int, n: int) -> list[int]:
+        """The tokens of the first n rows of the step that wrote ring slot `slot` (once that step has completed)."""
+        return self.ring[slot, :n].tolist()
 
     def moved_to(self, pieces, tier: int, fill) -> bool:
         """Did the last replay move its rows on to exactly these (the same tier, sequences in the same rows, one

@@ -27,8 +27,9 @@ class PendingStep:
     seqs: list[Sequence]
     positions: list[int]  # each sequence's row position in this step
     tokens: torch.Tensor  # [n] the step's tokens on the device (the next step's inputs)
-    host: torch.Tensor  # [n] their host copy, complete once `done` is
+    host: torch.Tensor | None  # [n] their host copy, complete once `done` is (None: in the graphs' ring)
     done: torch.cuda.Event | None  # None: the copy is already complete (CPU)
+    ring_slot: int | None = None  # the graphs' host ring slot the graph wrote the tokens to (graphs.RING_READBACK)
 
 
 class Lookahead:
@@ -80,6 +81,11 @@ class Lookahead:
         n = len(seqs)
         if tokens.device.type != "cuda":
             return PendingStep(seqs, positions, tokens, tokens, None)
+        slot = self.runner.tokens_ring_slot
+        if slot is not None:  # the graph wrote the tokens into pinned host memory itself: no copy to queue
+            done = torch.cuda.Event()
+            done.record()
+            return PendingStep(seqs, positions, tokens, None, done, slot)
         if not self._host or self._host[0].numel() < n:
             self._host = [pinned(torch.zeros(max(n, 64), dtype=torch.long)) for _ in range(2)]
         self._flip ^= 1
@@ -92,7 +98,10 @@ class Lookahead:
     def _commit(self, step: PendingStep) -> list[Sequence]:
         if step.done is not None:
             step.done.synchronize()
-        tokens = step.host.tolist()
+        if step.ring_slot is not None:  # (the step after this one writes another slot: graphs.RING_SLOTS)
+            tokens = self.runner.graphs.ring_tokens(step.ring_slot, len(step.seqs))
+        else:
+            tokens = step.host.tolist()
         touched = []
         for seq, pos, token in zip(step.seqs, step.positions, tokens):
             if seq.status == Status.FINISHED or seq.finish_reason is not None:

@@ -56,6 +56,7 @@ class ModelRunner:
         self.trash_page = num_pages
         self.max_positions = max_positions
         self.graphs = None
+        self.tokens_ring_slot: int | None = None  # see decode_tokens
         self.propose_graphs = None
         self._readback: dict = {}  # pinned host buffers of the round's one read, by dtype
         target.setup_rope(max_positions, device)
@@ -165,8 +166,10 @@ class ModelRunner:
         graph's static output when a graph ran, valid until that graph replays again."""
         n = len(pieces)
         tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
+        self.tokens_ring_slot = None  # the host ring slot the graph wrote these tokens to (graphs.RING_READBACK)
         if tier is not None:
             logits, argmax = self.graphs.run(pieces, tier, fill, advance=not draws)  # (greedy: rows moved on)
+            self.tokens_ring_slot = self.graphs.ring_slot
             return draw_tokens(logits[:n], draws) if draws else argmax[:n]
         hidden, _ = self.target_forward(pieces, fill)
         logits = self.logits(hidden)

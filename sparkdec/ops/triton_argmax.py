@@ -35,7 +35,8 @@ def _chunk_kernel(x_ptr, val_ptr, idx_ptr, n, stride_x, chunks, BLOCK: tl.conste
 
 @triton.jit
 def _pick_kernel(val_ptr, idx_ptr, out_ptr, n, chunks, on_ptr, ids_ptr, pos_ptr, slot_ptr, len_ptr, seq_ptr, tab_ptr,
-                 stride_tab, pages, page_size, CHUNKS: tl.constexpr, ADVANCE: tl.constexpr, PDL: tl.constexpr):
+                 stride_tab, pages, page_size, ring_ptr, stride_ring, ring_slots, CHUNKS: tl.constexpr,
+                 ADVANCE: tl.constexpr, RING: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     c = tl.arange(0, CHUNKS)
     pdl_wait(PDL)
@@ -45,13 +46,17 @@ def _pick_kernel(val_ptr, idx_ptr, out_ptr, n, chunks, on_ptr, ids_ptr, pos_ptr,
     token = tl.min(tl.where(v == best, i, n), 0).to(tl.int64)
     tl.store(out_ptr + row, token)
     if ADVANCE:  # this row's next decode step: its token at the next position (see Advance)
+        flag = tl.load(on_ptr + row)
         p = tl.load(pos_ptr + row) + 1
-        on = (tl.load(on_ptr + row) != 0) & (p // page_size < pages)
+        on = (flag != 0) & (p // page_size < pages)
         page = tl.load(tab_ptr + tl.load(seq_ptr + row) * stride_tab + p // page_size, mask=on, other=0)
         tl.store(ids_ptr + row, token, mask=on)
         tl.store(pos_ptr + row, p, mask=on)
         tl.store(len_ptr + row, p + 1, mask=on)
         tl.store(slot_ptr + row, page * page_size + p % page_size, mask=on)
+        if RING:  # the token into the host's ring, at this step's slot; the next step takes the next slot
+            tl.store(ring_ptr + (flag - 1) * stride_ring + row, token, mask=flag != 0)
+            tl.store(on_ptr + row, flag % ring_slots + 1, mask=flag != 0)
     pdl_release(PDL)
 
 
@@ -59,7 +64,10 @@ class Advance(NamedTuple):
     """A decode graph's row metadata ([rows] int64 views of engine/graphs.TargetGraphs' device stage), moved on in
     place to the next step for the rows whose `on` is set: the row's token becomes its id, its position and keys
     grow by one, its slot is the next position's in its block table (a row whose next page lies past the table stays
-    as it was). Plain decoding one step ahead then needs no host copy while its rows stay the same."""
+    as it was). Plain decoding one step ahead then needs no host copy while its rows stay the same.
+    ring ([slots, rows], pinned host memory on CUDA): each such row's token is also written to ring[on - 1, row], and
+    `on` moves to the next slot (on % slots + 1), so the host reads a step's tokens with no copy, and the step after
+    writes another slot."""
     on: torch.Tensor
     ids: torch.Tensor
     positions: torch.Tensor
@@ -68,6 +76,7 @@ class Advance(NamedTuple):
     row_seq: torch.Tensor
     tables: torch.Tensor  # [S, pages]
     page_size: int
+    ring: torch.Tensor | None = None
 
 
 def advance_reference(tokens: torch.Tensor, a: Advance) -> None:
@@ -81,6 +90,10 @@ def advance_reference(tokens: torch.Tensor, a: Advance) -> None:
     a.slots.copy_(torch.where(on, page * a.page_size + p % a.page_size, a.slots))
     a.row_len.copy_(torch.where(on, p + 1, a.row_len))
     a.positions.copy_(torch.where(on, p, a.positions))
+    if a.ring is not None:
+        rows = torch.nonzero(a.on).flatten()
+        a.ring[a.on[rows] - 1, rows] = tokens[rows]
+        a.on.copy_(torch.where(a.on != 0, a.on % a.ring.shape[0] + 1, a.on))
 
 
 def argmax_rows(logits: torch.Tensor, advance: Advance | None = None) -> torch.Tensor:
@@ -108,6 +121,8 @@ def argmax_kernels(logits: torch.Tensor, advance: Advance | None = None) -> torc
     a = advance
     meta = ((a.on, a.ids, a.positions, a.slots, a.row_len, a.row_seq, a.tables, a.tables.stride(0), a.tables.shape[1],
              a.page_size) if a is not None else (out,) * 7 + (0, 0, 1))
+    ring = a is not None and a.ring is not None
+    meta += (a.ring, a.ring.stride(0), a.ring.shape[0]) if ring else (out, 0, 1)
     _pick_kernel[(rows,)](val, idx, out, n, chunks, *meta, CHUNKS=max(16, triton.next_power_of_2(chunks)),
-                          ADVANCE=a is not None, **pdl_args())
+                          ADVANCE=a is not None, RING=ring, **pdl_args())
     return out
