@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from sparkdec.engine.context import build_context
@@ -192,7 +193,7 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
     sampled step) stage again."""
     from sparkdec.ops.triton_argmax import Advance, advance_reference
 
-    g = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
+    g = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(2, 4))
     g.advances = True  # as capture() sets it from graphs.ADVANCE
     g.ring = torch.zeros(graphs.RING_SLOTS, 4, dtype=torch.long)  # (RING_READBACK; pinned memory on CUDA)
     ref = TargetGraphs(fake_runner(), max_seqs=4, max_positions=40 * PS, trash_page=TRASH, tiers=(4,))
@@ -227,3 +228,21 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
     g.run([(tables[i], [0], [pos[i]]) for i in range(2)], 4, ([0, 1], other[:2], [0, 1]), advance=True)
     assert g._turn != turn
     assert g.ring_tokens(g.ring_slot, 2) == argmax[:2].tolist() and not g.ring[:, 2:].any()  # padding rows: none
+
+    def staged(pieces, tier=4, fill=None, advance=True) -> bool:
+        turn = g._turn
+        g.run(pieces, tier, fill, advance=advance)
+        return g._turn != turn
+
+    def step(rows=(0, 1), src=(0, 1), ahead=1, tier=4) -> bool:  # the next step of these rows -> staged?
+        pos[:] = [p + ahead for p in pos]
+        return staged([(tables[i], [0], [pos[i]]) for i in rows], tier, (list(range(len(rows))), argmax[:2], list(src)))
+
+    assert not step() and not step()
+    assert step(src=(1, 0))  # the rows' tokens swapped
+    assert step(ahead=2) and not step() and step(tier=2) and step(rows=(0,), src=(0,))  # a position skipped, a tier, a row gone
+    assert staged([(tables[0], [5, 6], [pos[0] + 1, pos[0] + 2])], advance=False) and not g.advance_on.any()  # verify
+    assert step(ahead=2) and not step()  # the verify replay moved nothing: stage again, then move on
+    assert pos[1] + 1 == len(tables[1]) * PS  # row 1's next position lies past its block table: staged (which fails)
+    with pytest.raises(IndexError):
+        step()

@@ -55,7 +55,8 @@ ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) r
 # (staged in session 25, off) the decode graphs move their rows on to the next step themselves (ops/triton_argmax.
 # Advance, in the argmax's last kernel), so plain decoding one step ahead replays with no host copy and no fill
 # kernels while its rows stay the same. Between two steps' graphs the device spent about 22 us on the metadata copy,
-# the two fill kernels and their gaps (decode_loop_gaps_h200_2026-12-01_session25.json); not yet measured on.
+# the two fill kernels and their gaps (decode_loop_gaps_h200_2026-12-01_session25.json); not yet measured on. With it
+# the graphs' argmax is ops/triton_argmax's whatever ROW_ARGMAX says (its torch path where the kernels do not apply).
 ADVANCE = flag("SPARKDEC_GRAPH_ADVANCE", False)
 # (staged in session 25, off; with ADVANCE) the argmax also writes the moved-on rows' tokens into pinned host memory,
 # a ring of RING_SLOTS steps, so the lookahead reads a step's tokens with no device->host copy between the graphs
@@ -301,8 +302,10 @@ class TargetGraphs:
         if moved is None or fill is None or moved[0] != tier or len(pieces) != len(moved[1]):
             return False
         same_rows = list(fill[0]) == list(fill[2]) == list(range(len(pieces)))
+        # (a row whose next page lies past its table was not moved: the kernel's bound, and the host table's)
+        in_tables = all(q // self.page_size < min(len(p[0]), self.tables.shape[1]) for q, p in zip(moved[1], pieces))
         return (same_rows and fill[1].data_ptr() == moved[2] and [p[2] for p in pieces] == [[q] for q in moved[1]]
-                and self.table_rows.unchanged([p[0] for p in pieces]))
+                and in_tables and self.table_rows.unchanged([p[0] for p in pieces]))
 
 
 PROPOSE_TIERS = (1, 2, 4, 8, 16, 32, 64)
