@@ -180,8 +180,8 @@ class TargetGraphs:
         self._turn = 0
         self.dev_stage = torch.zeros(10, t, dtype=torch.long, device=dev)
         # rows 5 and 6: packed rows that take a draft token, and where in the drafts it is (apply_fill);
-        # rows 7 and 8: attention row blocks (first row, rows), -1 / 0 past the last block; row 9: 1 for the rows
-        # the graph moves on to their next step (ADVANCE)
+        # rows 7 and 8: attention row blocks (first row, rows), -1 / 0 past the last block; row 9: for the rows the
+        # graph moves on to their next step (ADVANCE), 1 + the step's ring slot (RING_READBACK), else 0
         (self.ids, self.positions, self.slots, self.row_seq, self.row_len, self.fill_rows, self.fill_src,
          self.block_lead, self.block_rows, self.advance_on) = self.dev_stage.unbind(0)
         self._moved: tuple | None = None  # (tier, next positions, tokens' address) the last replay moved its rows to
