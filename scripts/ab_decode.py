@@ -333,10 +333,12 @@ VARIANTS["t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8), (graphs, "SHORT_TIER
 VARIANTS["t24_2048"] = {(graphs, "SHORT_TIER_BOUND"): {8: 2048}}
 VARIANTS["norm_w8"] = {(triton_fused, "NORM_WARPS"): 8}
 VARIANTS["norm_w16"] = {(triton_fused, "NORM_WARPS"): 16}
-# (staged in session 25) plain decoding's rows moved on by the graph itself (engine/graphs.ADVANCE): decode_ms, not the
-# replays, shows it (no metadata copy or fill kernels between the steps' graphs)
-VARIANTS["advance"] = {(graphs, "ADVANCE"): True}
-VARIANTS["advance_ring"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): True}  # no token copy either
+# (session 25, shipped in 26) plain decoding's rows moved on by the graph itself (engine/graphs.ADVANCE): decode_ms, not
+# the replays, shows it (no metadata copy or fill kernels between the steps' graphs); the tokens read from the graph's
+# host ring too (RING_READBACK, no token copy either). Their A/B ran before they were on: base was both off
+VARIANTS["advance"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): False}
+VARIANTS["advance_ring"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): True}
+VARIANTS["no_advance"] = {(graphs, "ADVANCE"): False, (graphs, "RING_READBACK"): False}  # as before session 26
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)
 _MML = {(bench_kernels, "MAX_MODEL_LEN"): 40960}  # (since session 16 also what every variant gets by default)

@@ -129,7 +129,7 @@ def test_split_register_cap_fits_more_programs_per_sm_with_the_same_operations(c
 
 
 def test_the_argmax_pick_kernel_compiles_with_and_without_moving_rows_on():
-    """ops/triton_argmax's pick kernel for sm_90 with ADVANCE (engine/graphs.ADVANCE, staged off), with its host ring
+    """ops/triton_argmax's pick kernel for sm_90 with ADVANCE (engine/graphs.ADVANCE, on by default), with its host ring
     (RING_READBACK) and without either; the interpreter check (tests/triton_checks.check_argmax_advance) tests what it writes."""
     from sparkdec.ops import triton_argmax as ta
 

@@ -52,15 +52,18 @@ SHORT_BOUNDS: tuple = ((1280, _GLUON_SHORT),
                        (3072, {}))
 SHORT_SIZED: tuple = (1280, 2048)  # the bounds whose graphs' attention is sized for the bound, not the window
 ROW_ARGMAX = True  # the graphs' argmax in two launches (ops/triton_argmax.py) rather than torch's one block per row
-# (staged in session 25, off) the decode graphs move their rows on to the next step themselves (ops/triton_argmax.
-# Advance, in the argmax's last kernel), so plain decoding one step ahead replays with no host copy and no fill
-# kernels while its rows stay the same. Between two steps' graphs the device spent about 22 us on the metadata copy,
-# the two fill kernels and their gaps (decode_loop_gaps_h200_2026-12-01_session25.json); not yet measured on. With it
-# the graphs' argmax is ops/triton_argmax's whatever ROW_ARGMAX says (its torch path where the kernels do not apply).
-ADVANCE = flag("SPARKDEC_GRAPH_ADVANCE", False)
-# (staged in session 25, off; with ADVANCE) the argmax also writes the moved-on rows' tokens into pinned host memory,
-# a ring of RING_SLOTS steps, so the lookahead reads a step's tokens with no device->host copy between the graphs
-RING_READBACK = flag("SPARKDEC_GRAPH_RING", False)
+# the decode graphs move their rows on to the next step themselves (ops/triton_argmax.Advance, in the argmax's last
+# kernel), so plain decoding one step ahead replays with no host copy and no fill kernels while its rows stay the same.
+# Between two steps' graphs the device had spent about 22 us on the metadata copy, the two fill kernels and their gaps
+# (decode_loop_gaps_h200_2026-12-01_session25.json). With it the graphs' argmax is ops/triton_argmax's whatever
+# ROW_ARGMAX says (its torch path where the kernels do not apply).
+ADVANCE = flag("SPARKDEC_GRAPH_ADVANCE", True)
+# (with ADVANCE) the argmax also writes the moved-on rows' tokens into pinned host memory, a ring of RING_SLOTS steps,
+# so the lookahead reads a step's tokens with no device->host copy between the graphs. Session 26, 4B decode ms/token
+# (advance_ab_h200_2026-12-01_session26.json): 1k 2.535/2.526 -> 2.521/2.518 (ADVANCE) -> 2.508/2.510 (both), 8k
+# 3.276/3.274 -> 3.254/3.259; a request's 128 steps then take what their graphs replayed back to back take (2.461 ms
+# per token against 2.464; decode_loop_gaps_advance_h200_2026-12-01_session26.json).
+RING_READBACK = flag("SPARKDEC_GRAPH_RING", True)
 RING_SLOTS = 4
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json), before the sized Gluon graphs.
@@ -115,6 +118,7 @@ def capture_one(forward, t: int, pool) -> tuple:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = forward(t)
+        graph.replay()  # NOTE: a graph's first launch uploads it to the device: here, not in a user's first request
         return graph, out
     finally:
         gc.enable()
