@@ -97,6 +97,11 @@ VARIANTS.update({
     "coresident": _tiles(gluon={GATE_UP: (64, 128, 2, 1), DOWN: (64, 128, 3, 1)}),
     "qkv_bk128": _tiles(gluon={QKV: (64, 128, 4, 1)}),
     "qkv_st2": _tiles(gluon={QKV: (64, 256, 2, 1)}),
+    # (session 26) qkv's 96 programs with deeper rings (more bytes in flight, one program per SM from 5 stages)
+    "qkv_st4": _tiles(gluon={QKV: (64, 256, 4, 1)}),
+    "qkv_st5": _tiles(gluon={QKV: (64, 256, 5, 1)}),
+    "qkv_st6": _tiles(gluon={QKV: (64, 256, 6, 1)}),
+    "qkv_bk128_st8": _tiles(gluon={QKV: (64, 128, 8, 1)}),
     # weight tiles the o product requests before its PDL wait: its prefetch floods HBM while the attention combine
     # (latency-bound) runs; and the split kernel at PDL mode 2 (the combine starts while it runs)
     "o_pre0": {(gluon_gemv, "PREFETCH"): {O: 0}},
