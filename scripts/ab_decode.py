@@ -86,6 +86,7 @@ def _tiles(triton: dict | None = None, gluon: dict | None = None) -> dict:
 # session 10: tiles and split-K of the Qwen3-4B Gluon products inside the decode graph (the probe timed each product
 # back to back with itself; in a layer the next kernel's programs can only start where shared memory is left)
 QKV, O, GATE_UP, DOWN = (6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)
+LM_HEAD = (151936, 2560)
 VARIANTS.update({
     "o_s4": _tiles({O: (32, 256, 4, 4, 4)}),
     "o_s16": _tiles({O: (32, 256, 16, 4, 4)}, {O: (64, 128, 2, 1)}),
@@ -102,6 +103,11 @@ VARIANTS.update({
     "qkv_st5": _tiles(gluon={QKV: (64, 256, 5, 1)}),
     "qkv_st6": _tiles(gluon={QKV: (64, 256, 6, 1)}),
     "qkv_bk128_st8": _tiles(gluon={QKV: (64, 128, 8, 1)}),
+    # (session 26) the 4B LM head (tied embedding, 778 MB) as a Gluon product (its first ring filled before the PDL
+    # wait; fp32 logits rounded through bf16 as the Triton kernel's epilogue does) or other Triton tiles
+    "lm_gluon_s4": _tiles(gluon={LM_HEAD: (64, 128, 4, 1)}),
+    "lm_gluon_bk256": _tiles(gluon={LM_HEAD: (64, 256, 3, 1)}),
+    "lm_triton_bn64": _tiles({LM_HEAD: (64, 128, 1, 4, 4)}),
     # weight tiles the o product requests before its PDL wait: its prefetch floods HBM while the attention combine
     # (latency-bound) runs; and the split kernel at PDL mode 2 (the combine starts while it runs)
     "o_pre0": {(gluon_gemv, "PREFETCH"): {O: 0}},
