@@ -6,7 +6,9 @@
 # (*_session23*.json); 22: its end run. Session 24 ran 23-24 (the short graphs sized per bound: shipped), 1 (the end
 # run: the suite outran its 420 s after 39 of 40 tests) and a 2560-key Gluon graph (slower; *_session24*.json).
 # Session 25 ran 27 (qkv split-K 2: slower), 26 (short tiers: shipped), 1, 28 (norm warps: slower; 2/4 rows at
-# 2048 keys: shipped), 25 (the end run), decode_loop_gaps.py and a tile A/B (*_session25*.json). Next: 29, then 1, 25.
+# 2048 keys: shipped), 25 (the end run), decode_loop_gaps.py and a tile A/B (*_session25*.json). Session 26 ran 29
+# (ADVANCE and RING_READBACK: shipped on), a qkv ring-depth A/B (slower), 1 and 25 (the end run) and an LM head A/B
+# (Gluon: equal in the bench; *_session26*.json). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
