@@ -118,7 +118,9 @@ def capture_one(forward, t: int, pool) -> tuple:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = forward(t)
-        graph.replay()  # NOTE: a graph's first launch uploads it to the device: here, not in a user's first request
+        # NOTE: a graph's first launch also uploads it to the device: done here, not in a user's first request (not
+        # timed apart: with it the bench's first request reads as the later ones, kernels_*_session26.json)
+        graph.replay()
         return graph, out
     finally:
         gc.enable()
