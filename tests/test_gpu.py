@@ -41,6 +41,18 @@ def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypa
     assert graphed == [eager.generate([p], GREEDY)[0].token_ids for p in PROMPTS]
 
 
+def test_embedding_gathered_by_the_first_norm_gives_the_same_tokens(target, monkeypatch):
+    """triton_fused.EMBED_IN_NORM (the first layer's RMSNorm gathers the embedding rows itself): graphed and eager
+    greedy tokens equal those with the embedding's own launch."""
+    from sparkdec.ops import triton_fused
+
+    want = [o.token_ids for o in LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, GREEDY)]
+    monkeypatch.setattr(triton_fused, "EMBED_IN_NORM", True)
+    for graphs in (True, False):
+        llm = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
+        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == want
+
+
 def test_eight_sequences_of_different_lengths_in_the_short_graph_equal_eager(target):
     """Eight, three and two sequences decoding together replay tiers 8, 4 and 2's short graphs (engine/graphs.
     SHORT_TIERS, SHORT_TIER_BOUND: sized for 1280 and 2048 keys) while they hold few keys: the tokens are the eager

@@ -140,3 +140,20 @@ def test_the_argmax_pick_kernel_compiles_with_and_without_moving_rows_on():
         consts = dict(CHUNKS=64, ADVANCE=advance, RING=ring, PDL=1)
         ptx = compiled(ta._pick_kernel, types, consts, ()).asm["ptx"]
         assert ptx.count("st.global") >= 1 + 4 * advance + 2 * ring, (advance, ring)
+
+
+def test_the_rms_norm_kernel_compiles_with_and_without_gathering_its_rows():
+    """ops/triton_fused's RMSNorm kernel for sm_90 gathering its rows from the embedding (GATHER: EMBED_IN_NORM, staged
+    off) and not: gathering adds the ids load and the gathered row's store; the interpreter check
+    (tests/triton_checks.check_embedded_rows_norm) tests what it writes."""
+    from sparkdec.ops import triton_fused as tf
+
+    types = {"x_ptr": "*bf16", "res_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "res_out_ptr": "*bf16",
+             "n": "i32", "eps": "fp32", "stride_x": "i32", "stride_o": "i32", "ids_ptr": "*i64"}
+    stores = {}
+    for gather in (0, 1):
+        consts = dict(HAS_RES=0, GATHER=gather, BLOCK=4096, PDL=1)
+        ptx = compiled(tf._rms_norm_kernel, types, consts, ()).asm["ptx"]
+        stores[gather] = ptx.count("st.global")
+        assert ("ld.global.b64" in ptx or "ld.global.u64" in ptx) == bool(gather), gather
+    assert stores[1] > stores[0]

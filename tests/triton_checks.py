@@ -289,6 +289,38 @@ def check_norm_of_slices():
     assert torch.equal(x, fused_rms_norm(h_ref, w, 1e-6))
 
 
+def check_embedded_rows_norm():
+    """ops/triton_fused.norm_of over rows still to gather (ops/partials.EmbeddedRows, triton_fused.EMBED_IN_NORM): the
+    gathered rows written to rows.out and their norm, bit for bit the embedding's rows and the plain norm kernel's;
+    a fused decoder layer given such rows returns exactly what it returns for the gathered tensor."""
+    from sparkdec.ops.partials import EmbeddedRows
+    from sparkdec.ops.triton_fused import norm_of
+    from sparkdec.ops.triton_fused import rms_norm as fused_rms_norm
+
+    table, w = torch.randn(50, 64), 1 + 0.1 * torch.randn(64)
+    ids = torch.tensor([7, 0, 49, 7, 3])  # a repeated id too
+    rows = EmbeddedRows(table, ids, torch.empty(5, 64))
+    x, h = norm_of(rows, w, 1e-6)
+    assert h is rows.out and torch.equal(h, table[ids])
+    assert torch.equal(x, fused_rms_norm(table[ids], w, 1e-6))
+    cfg = TargetConfig(vocab_size=50, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e4,
+                       max_position_embeddings=128, tie_word_embeddings=True)
+    layer = Qwen3DecoderLayer(cfg)
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    layer.fuse()
+    rope, ps = RotaryTable(16, 1e4, 128), 16
+    ctx = build_context([(list(range(4)), list(range(0, 5)), False)], ps, "cpu")
+    outs = []
+    for h in (table[ids], EmbeddedRows(table, ids, torch.empty(5, 64))):
+        cache = (torch.zeros(8 * ps, 2, 16), torch.zeros(8 * ps, 2, 16))
+        with torch.no_grad():
+            outs.append((layer._fused_forward(h, ctx, cache, rope), cache))
+    (a, ca), (b, cb) = outs
+    assert torch.equal(a, b) and torch.equal(ca[0], cb[0]) and torch.equal(ca[1], cb[1])
+
+
 def top_p_reference(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """probs [R, V] -> (drop [R, V] by token id from a float64 scan, the distance of the mass before each token
     from top_p [R, V] by token id: a float32 scan may decide a token that close either way)."""
@@ -451,6 +483,7 @@ if __name__ == "__main__":
     check_keyed_race()
     check_top_p_drop()
     check_norm_of_slices()
+    check_embedded_rows_norm()
     check_nucleus()
     check_argmax()
     check_argmax_advance()

@@ -33,6 +33,23 @@ class Partials:
         return self.out.is_cuda
 
 
+@dataclass
+class EmbeddedRows:
+    """The model's input rows not gathered yet: out[r] = table[ids[r]], written by the first layer's RMSNorm kernel,
+    which gathers them itself (ops/triton_fused.norm_of; triton_fused.EMBED_IN_NORM) instead of an embedding launch."""
+    table: torch.Tensor  # [V, N] the embedding
+    ids: torch.Tensor  # [M] int64 token ids
+    out: torch.Tensor  # [M, N]
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.out.shape
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.out.is_cuda
+
+
 def materialised(h) -> torch.Tensor:
-    """The tensor of h: itself, or the buffer the norm kernel reading h's slices writes (in stream order)."""
-    return h.out if isinstance(h, Partials) else h
+    """The tensor of h: itself, or the buffer the norm kernel reading h's slices or rows writes (in stream order)."""
+    return h.out if isinstance(h, (Partials, EmbeddedRows)) else h
