@@ -13,7 +13,7 @@ from sparkdec.engine.context import ForwardContext
 from sparkdec.ops.attention import paged_attention
 from sparkdec.ops.linear import linear
 from sparkdec.ops.norms import rms_norm
-from sparkdec.ops.partials import EmbeddedRows, Partials, materialised
+from sparkdec.ops.partials import EmbeddedRows, Pending, materialised
 from sparkdec.ops.rope import RotaryTable
 
 
@@ -25,7 +25,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x) -> torch.Tensor:
         """x: a tensor, or a product's unsummed slices or rows to gather (ops/partials.py) on the CUDA path."""
-        if isinstance(x, (Partials, EmbeddedRows)) or (x.is_cuda and x.dim() == 2):
+        if isinstance(x, Pending) or (x.is_cuda and x.dim() == 2):
             from sparkdec.ops import triton_fused
 
             return triton_fused.norm_of(x, self.weight, self.eps)[0]
