@@ -50,6 +50,8 @@
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
 # 30. (staged in session 26) the first layer's RMSNorm gathering the embedding rows itself (triton_fused.EMBED_IN_NORM:
 #    one launch less per forward): its GPU test, then the 4B A/B at 1k and 8k, 1 and 8 rows
+# 31. (staged in session 27) 30, and the LM head's product writing the argmax's chunk winners (graphs.ARGMAX_IN_HEAD:
+#    one launch less per forward) alone and with 30: the GPU tests, then the 4B A/B at 1k, 1 and 8 rows
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -153,6 +155,11 @@ elif [ "$1" = 30 ]; then  # (staged in session 26) the embedding gathered by the
   timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k embedding_gathered 2>&1 | tail -2
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py \
     $OUT/embed_in_norm_ab.json qwen3-4b base embed_in_norm base#2 embed_in_norm#2 2>&1 | grep "ctx "
+elif [ "$1" = 31 ]; then  # (staged in session 27) 30's switch and the argmax's winners written by the LM head: tests, A/B
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
+    -k "embedding_gathered or argmax or bit_identical" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_decode.py $OUT/fold_ab.json \
+    qwen3-4b base embed_in_norm argmax_in_head embed_argmax base#2 embed_argmax#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

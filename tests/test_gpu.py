@@ -171,6 +171,36 @@ def test_row_argmax_kernels_equal_torch_argmax_with_ties():
         assert torch.equal(argmax_rows(x), x.argmax(-1)), rows
 
 
+def test_lm_head_product_writes_the_argmax_winners():
+    """gemm(..., maxima=True) on the Qwen3 LM head's shape: the same logits bit for bit, 1187 tile winners per row, and
+    the pick over them is torch.argmax, ties included (engine/graphs.ARGMAX_IN_HEAD)."""
+    from sparkdec.ops.triton_argmax import argmax_rows
+    from sparkdec.ops.triton_gemm import gemm
+
+    torch.manual_seed(0)
+    w = (torch.randn(151936, 2560, device="cuda") * 2).round().to(torch.bfloat16) / 64  # coarse: tied logits
+    w[150000] = w[7]  # the same column twice, far apart
+    for rows in (1, 3, 8):
+        x = torch.randn(rows, 2560, device="cuda").to(torch.bfloat16)
+        x[0] = w[7] * 4  # row 0's maximum at columns 7 and 150000: the lower index
+        logits, winners = gemm(x, w, out_dtype=torch.float32, maxima=True)
+        assert torch.equal(logits, gemm(x, w, out_dtype=torch.float32)) and winners[0].shape == (rows, 1187)
+        assert torch.equal(argmax_rows(logits, winners=winners), logits.argmax(-1)), rows
+        assert int(argmax_rows(logits, winners=winners)[0]) == 7
+
+
+def test_argmax_in_the_lm_head_gives_the_same_tokens(target, monkeypatch):
+    """engine/graphs.ARGMAX_IN_HEAD (the LM head's product writes the argmax's chunk winners; the graphs run the pick
+    alone): graphed greedy tokens equal those with the chunk kernel, one sequence and four."""
+    from sparkdec.engine import graphs
+
+    want = [o.token_ids for o in LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, GREEDY)]
+    monkeypatch.setattr(graphs, "ARGMAX_IN_HEAD", True)
+    llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == want
+    assert [llm.generate([p], GREEDY)[0].token_ids for p in PROMPTS] == want
+
+
 def test_fused_kernels_match_reference_ops_in_bf16():
     from sparkdec.ops import triton_fused as tf
     from sparkdec.ops.norms import rms_norm

@@ -157,3 +157,21 @@ def test_the_rms_norm_kernel_compiles_with_and_without_gathering_its_rows():
         stores[gather] = ptx.count("st.global")
         assert ("ld.global.b64" in ptx or "ld.global.u64" in ptx) == bool(gather), gather
     assert stores[1] > stores[0]
+
+
+def test_the_lm_head_product_compiles_with_and_without_writing_the_argmax_winners():
+    """ops/triton_gemm's product kernel for sm_90 in the LM head's setting (float32 logits, 128-column tiles) with
+    MAXIMA (engine/graphs.ARGMAX_IN_HEAD, staged off) and without: MAXIMA adds the two stores of each row's tile
+    winner; the interpreter check (tests/triton_checks.check_argmax_winners_from_the_product) tests their values."""
+    from sparkdec.ops import triton_gemm as tg
+
+    types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp32", "res_ptr": "*fp32", "ws_ptr": "*fp32",
+             "cnt_ptr": "*i32", "max_ptr": "*fp32", "arg_ptr": "*i32", "M": "i32", "N": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_om": "i32", "stride_rm": "i32"}
+    stores = {}
+    for maxima in (0, 1):
+        consts = dict(K=2560, SILU=0, RESIDUAL=0, IEEE=0, PDL=1, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, SPLIT_K=1,
+                      MAXIMA=maxima)
+        ptx = compiled(tg._gemm_kernel, types, consts, ("stride_xm", "stride_wn", "stride_om"), num_stages=3).asm["ptx"]
+        stores[maxima] = ptx.count("st.global")
+    assert stores[1] >= stores[0] + 2, stores

@@ -471,6 +471,45 @@ def check_argmax_advance():
             assert torch.equal(rings["kernel"], want) and flags["kernel"].tolist() == [2, 1, 2, 0]
 
 
+def check_argmax_winners_from_the_product():
+    """gemm(..., maxima=True) stores the same logits and each row's maximum per column tile with its first column (ties
+    from bf16 rounding, the last tile partly past N); the pick over them is torch.argmax, with ADVANCE the same rows
+    move on as after the chunk kernel. Products that cannot write them (SiLU, split-K) say so with None."""
+    from sparkdec.ops import triton_argmax
+
+    for n, cfg in [(200, (32, 32, 1, 4, 2)), (1000, None)]:
+        if cfg:
+            triton_gemm.CONFIGS[(n, 64)] = cfg
+        bn = triton_gemm.pick_config(n, 64)[0]
+        # float32 (the interpreter's bf16 products are not bf16's); coarse entries, exact sums: many ties
+        x = (torch.randn(5, 64) * 4).round() / 4
+        w = ((torch.randn(n, 64) * 4).round().abs() + 1) / 8
+        x[2], x[4] = x[2].abs(), -x[4].abs() - 0.25  # row 4's logits are all negative (the tile's padding is not)
+        w[7] = w[3]  # two equal columns in one tile
+        w[n - 1] = w[n - 2] = x[2] * 50  # row 2's largest entry in the last (partial) tile, twice
+        logits, (best, first) = gemm(x, w, out_dtype=torch.float32, maxima=True)
+        assert torch.equal(logits, gemm(x, w, out_dtype=torch.float32))
+        tiles = -(-n // bn)
+        assert best.shape == first.shape == (5, tiles)
+        for j in range(tiles):
+            chunk = logits[:, j * bn:(j + 1) * bn]
+            assert torch.equal(best[:, j], chunk.max(1).values) and torch.equal(first[:, j].long(),
+                                                                                chunk.argmax(1) + j * bn)
+        assert torch.equal(triton_argmax.argmax_kernels(logits, winners=(best, first)), logits.argmax(-1))
+        assert int(logits.argmax(-1)[2]) == n - 2
+        meta = torch.tensor([[0] * 5, [3, 4, 5, 6, 7], [50, 51, 52, 53, 54], [4, 5, 6, 7, 8], [0, 0, 1, 1, 1]])
+        moved = {}
+        for name, winners in (("pick", (best, first)), ("chunks", None)):
+            st, on = meta.clone(), torch.tensor([1, 1, 0, 1, 1])
+            ids, pos, slots, row_len, seq = st.unbind(0)
+            a = triton_argmax.Advance(on, ids, pos, slots, row_len, seq, torch.tensor([[3, 4], [5, 6]]), 4)
+            moved[name] = (triton_argmax.argmax_kernels(logits, a, winners), st)
+        assert torch.equal(moved["pick"][0], moved["chunks"][0]) and torch.equal(moved["pick"][1], moved["chunks"][1])
+    triton_gemm.CONFIGS[(64, 48)] = (32, 16, 3, 4, 2)
+    assert gemm(torch.randn(2, 48), torch.randn(64, 48), maxima=True)[1] is None  # split-K 3
+    assert gemm(torch.randn(2, 48), torch.randn(64, 48), silu=True, maxima=True)[1] is None
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -487,4 +526,5 @@ if __name__ == "__main__":
     check_nucleus()
     check_argmax()
     check_argmax_advance()
+    check_argmax_winners_from_the_product()
     print("ok")

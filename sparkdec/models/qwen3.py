@@ -215,3 +215,12 @@ class Qwen3ForCausalLM(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [R, d] -> float32 logits [R, V]."""
         return linear(hidden, self.lm_head.weight, torch.float32)
+
+    def logits_and_winners(self, hidden: torch.Tensor):
+        """(logits, winners): on CUDA the product also writes each row's maximum per column tile and its first column
+        (ops/triton_gemm.gemm maxima) for ops/triton_argmax; winners None where it does not (and off CUDA)."""
+        if not hidden.is_cuda:
+            return self.logits(hidden), None
+        from sparkdec.ops.triton_gemm import gemm
+
+        return gemm(hidden.contiguous(), self.lm_head.weight, out_dtype=torch.float32, maxima=True)
