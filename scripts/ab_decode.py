@@ -349,11 +349,6 @@ VARIANTS["norm_w16"] = {(triton_fused, "NORM_WARPS"): 16}
 # host ring too (RING_READBACK, no token copy either). Their A/B ran before they were on: base was both off
 VARIANTS["advance"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): False}
 VARIANTS["advance_ring"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): True}
-# (staged in session 26) the first layer's RMSNorm gathers the embedding rows itself: one launch less per forward
-VARIANTS["embed_in_norm"] = {(triton_fused, "EMBED_IN_NORM"): True}
-# (staged in session 27) the LM head's product writes the argmax's chunk winners: the graphs run the pick alone
-VARIANTS["argmax_in_head"] = {(graphs, "ARGMAX_IN_HEAD"): True}
-VARIANTS["embed_argmax"] = {(triton_fused, "EMBED_IN_NORM"): True, (graphs, "ARGMAX_IN_HEAD"): True}
 VARIANTS["no_advance"] = {(graphs, "ADVANCE"): False, (graphs, "RING_READBACK"): False}  # as before session 26
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)

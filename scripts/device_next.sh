@@ -8,7 +8,7 @@
 # Session 25 ran 27 (qkv split-K 2: slower), 26 (short tiers: shipped), 1, 28 (norm warps: slower; 2/4 rows at
 # 2048 keys: shipped), 25 (the end run), decode_loop_gaps.py and a tile A/B (*_session25*.json). Session 26 ran 29
 # (ADVANCE and RING_READBACK: shipped on), a qkv ring-depth A/B (slower), 1 and 25 (the end run) and an LM head A/B
-# (Gluon: equal in the bench; *_session26*.json). Next: 30, then 1 and 25 (the end run).
+# (Gluon: equal in the bench; *_session26*.json). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -48,10 +48,6 @@
 # 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
 #    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
-# 30. (staged in session 26) the first layer's RMSNorm gathering the embedding rows itself (triton_fused.EMBED_IN_NORM:
-#    one launch less per forward): its GPU test, then the 4B A/B at 1k and 8k, 1 and 8 rows
-# 31. (staged in session 27) 30, and the LM head's product writing the argmax's chunk winners (graphs.ARGMAX_IN_HEAD:
-#    one launch less per forward) alone and with 30: the GPU tests, then the 4B A/B at 1k, 1 and 8 rows
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -151,15 +147,6 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
     $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
   SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
     $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
-elif [ "$1" = 30 ]; then  # (staged in session 26) the embedding gathered by the first norm: its GPU test, the A/B
-  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k embedding_gathered 2>&1 | tail -2
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py \
-    $OUT/embed_in_norm_ab.json qwen3-4b base embed_in_norm base#2 embed_in_norm#2 2>&1 | grep "ctx "
-elif [ "$1" = 31 ]; then  # (staged in session 27) 30's switch and the argmax's winners written by the LM head: tests, A/B
-  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
-    -k "embedding_gathered or argmax or bit_identical" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_decode.py $OUT/fold_ab.json \
-    qwen3-4b base embed_in_norm argmax_in_head embed_argmax base#2 embed_argmax#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

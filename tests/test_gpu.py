@@ -41,18 +41,6 @@ def test_short_context_decode_graph_hands_over_to_the_tiers_own(target, monkeypa
     assert graphed == [eager.generate([p], GREEDY)[0].token_ids for p in PROMPTS]
 
 
-def test_embedding_gathered_by_the_first_norm_gives_the_same_tokens(target, monkeypatch):
-    """triton_fused.EMBED_IN_NORM (the first layer's RMSNorm gathers the embedding rows itself): graphed and eager
-    greedy tokens equal those with the embedding's own launch."""
-    from sparkdec.ops import triton_fused
-
-    want = [o.token_ids for o in LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, GREEDY)]
-    monkeypatch.setattr(triton_fused, "EMBED_IN_NORM", True)
-    for graphs in (True, False):
-        llm = LLM(model=str(target), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
-        assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == want
-
-
 def test_eight_sequences_of_different_lengths_in_the_short_graph_equal_eager(target):
     """Eight, three and two sequences decoding together replay tiers 8, 4 and 2's short graphs (engine/graphs.
     SHORT_TIERS, SHORT_TIER_BOUND: sized for 1280 and 2048 keys) while they hold few keys: the tokens are the eager
@@ -169,36 +157,6 @@ def test_row_argmax_kernels_equal_torch_argmax_with_ties():
         x = torch.randn(rows, 151936, device="cuda").to(torch.bfloat16).float()  # bf16-rounded logits: ties
         x[0, 7] = x[0, 150000] = x[0].max() + 1  # a tie for the maximum across chunks: the lower index
         assert torch.equal(argmax_rows(x), x.argmax(-1)), rows
-
-
-def test_lm_head_product_writes_the_argmax_winners():
-    """gemm(..., maxima=True) on the Qwen3 LM head's shape: the same logits bit for bit, 1187 tile winners per row, and
-    the pick over them is torch.argmax, ties included (engine/graphs.ARGMAX_IN_HEAD)."""
-    from sparkdec.ops.triton_argmax import argmax_rows
-    from sparkdec.ops.triton_gemm import gemm
-
-    torch.manual_seed(0)
-    w = (torch.randn(151936, 2560, device="cuda") * 2).round().to(torch.bfloat16) / 64  # coarse: tied logits
-    w[150000] = w[7]  # the same column twice, far apart
-    for rows in (1, 3, 8):
-        x = torch.randn(rows, 2560, device="cuda").to(torch.bfloat16)
-        x[0] = w[7] * 4  # row 0's maximum at columns 7 and 150000: the lower index
-        logits, winners = gemm(x, w, out_dtype=torch.float32, maxima=True)
-        assert torch.equal(logits, gemm(x, w, out_dtype=torch.float32)) and winners[0].shape == (rows, 1187)
-        assert torch.equal(argmax_rows(logits, winners=winners), logits.argmax(-1)), rows
-        assert int(argmax_rows(logits, winners=winners)[0]) == 7
-
-
-def test_argmax_in_the_lm_head_gives_the_same_tokens(target, monkeypatch):
-    """engine/graphs.ARGMAX_IN_HEAD (the LM head's product writes the argmax's chunk winners; the graphs run the pick
-    alone): graphed greedy tokens equal those with the chunk kernel, one sequence and four."""
-    from sparkdec.engine import graphs
-
-    want = [o.token_ids for o in LLM(model=str(target), device="cuda", dtype="bfloat16").generate(PROMPTS, GREEDY)]
-    monkeypatch.setattr(graphs, "ARGMAX_IN_HEAD", True)
-    llm = LLM(model=str(target), device="cuda", dtype="bfloat16")
-    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == want
-    assert [llm.generate([p], GREEDY)[0].token_ids for p in PROMPTS] == want
 
 
 def test_fused_kernels_match_reference_ops_in_bf16():

@@ -140,38 +140,3 @@ def test_the_argmax_pick_kernel_compiles_with_and_without_moving_rows_on():
         consts = dict(CHUNKS=64, ADVANCE=advance, RING=ring, PDL=1)
         ptx = compiled(ta._pick_kernel, types, consts, ()).asm["ptx"]
         assert ptx.count("st.global") >= 1 + 4 * advance + 2 * ring, (advance, ring)
-
-
-def test_the_rms_norm_kernel_compiles_with_and_without_gathering_its_rows():
-    """ops/triton_fused's RMSNorm kernel for sm_90 gathering its rows from the embedding (GATHER: EMBED_IN_NORM, staged
-    off) and not: gathering adds the ids load and the gathered row's store; the interpreter check
-    (tests/triton_checks.check_embedded_rows_norm) tests what it writes."""
-    from sparkdec.ops import triton_fused as tf
-
-    types = {"x_ptr": "*bf16", "res_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "res_out_ptr": "*bf16",
-             "n": "i32", "eps": "fp32", "stride_x": "i32", "stride_o": "i32", "ids_ptr": "*i64"}
-    stores = {}
-    for gather in (0, 1):
-        consts = dict(HAS_RES=0, GATHER=gather, BLOCK=4096, PDL=1)
-        ptx = compiled(tf._rms_norm_kernel, types, consts, ()).asm["ptx"]
-        stores[gather] = ptx.count("st.global")
-        assert ("ld.global.b64" in ptx or "ld.global.u64" in ptx) == bool(gather), gather
-    assert stores[1] > stores[0]
-
-
-def test_the_lm_head_product_compiles_with_and_without_writing_the_argmax_winners():
-    """ops/triton_gemm's product kernel for sm_90 in the LM head's setting (float32 logits, 128-column tiles) with
-    MAXIMA (engine/graphs.ARGMAX_IN_HEAD, staged off) and without: MAXIMA adds the two stores of each row's tile
-    winner; the interpreter check (tests/triton_checks.check_argmax_winners_from_the_product) tests their values."""
-    from sparkdec.ops import triton_gemm as tg
-
-    types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp32", "res_ptr": "*fp32", "ws_ptr": "*fp32",
-             "cnt_ptr": "*i32", "max_ptr": "*fp32", "arg_ptr": "*i32", "M": "i32", "N": "i32", "stride_xm": "i32",
-             "stride_wn": "i32", "stride_om": "i32", "stride_rm": "i32"}
-    stores = {}
-    for maxima in (0, 1):
-        consts = dict(K=2560, SILU=0, RESIDUAL=0, IEEE=0, PDL=1, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, SPLIT_K=1,
-                      MAXIMA=maxima)
-        ptx = compiled(tg._gemm_kernel, types, consts, ("stride_xm", "stride_wn", "stride_om"), num_stages=3).asm["ptx"]
-        stores[maxima] = ptx.count("st.global")
-    assert stores[1] >= stores[0] + 2, stores

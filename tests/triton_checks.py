@@ -289,38 +289,6 @@ def check_norm_of_slices():
     assert torch.equal(x, fused_rms_norm(h_ref, w, 1e-6))
 
 
-def check_embedded_rows_norm():
-    """ops/triton_fused.norm_of over rows still to gather (ops/partials.EmbeddedRows, triton_fused.EMBED_IN_NORM): the
-    gathered rows written to rows.out and their norm, bit for bit the embedding's rows and the plain norm kernel's;
-    a fused decoder layer given such rows returns exactly what it returns for the gathered tensor."""
-    from sparkdec.ops.partials import EmbeddedRows
-    from sparkdec.ops.triton_fused import norm_of
-    from sparkdec.ops.triton_fused import rms_norm as fused_rms_norm
-
-    table, w = torch.randn(50, 64), 1 + 0.1 * torch.randn(64)
-    ids = torch.tensor([7, 0, 49, 7, 3])  # a repeated id too
-    rows = EmbeddedRows(table, ids, torch.empty(5, 64))
-    x, h = norm_of(rows, w, 1e-6)
-    assert h is rows.out and torch.equal(h, table[ids])
-    assert torch.equal(x, fused_rms_norm(table[ids], w, 1e-6))
-    cfg = TargetConfig(vocab_size=50, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
-                       num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=1e4,
-                       max_position_embeddings=128, tie_word_embeddings=True)
-    layer = Qwen3DecoderLayer(cfg)
-    for p in layer.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    layer.fuse()
-    rope, ps = RotaryTable(16, 1e4, 128), 16
-    ctx = build_context([(list(range(4)), list(range(0, 5)), False)], ps, "cpu")
-    outs = []
-    for h in (table[ids], EmbeddedRows(table, ids, torch.empty(5, 64))):
-        cache = (torch.zeros(8 * ps, 2, 16), torch.zeros(8 * ps, 2, 16))
-        with torch.no_grad():
-            outs.append((layer._fused_forward(h, ctx, cache, rope), cache))
-    (a, ca), (b, cb) = outs
-    assert torch.equal(a, b) and torch.equal(ca[0], cb[0]) and torch.equal(ca[1], cb[1])
-
-
 def top_p_reference(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """probs [R, V] -> (drop [R, V] by token id from a float64 scan, the distance of the mass before each token
     from top_p [R, V] by token id: a float32 scan may decide a token that close either way)."""
@@ -471,45 +439,6 @@ def check_argmax_advance():
             assert torch.equal(rings["kernel"], want) and flags["kernel"].tolist() == [2, 1, 2, 0]
 
 
-def check_argmax_winners_from_the_product():
-    """gemm(..., maxima=True) stores the same logits and each row's maximum per column tile with its first column (ties
-    from bf16 rounding, the last tile partly past N); the pick over them is torch.argmax, with ADVANCE the same rows
-    move on as after the chunk kernel. Products that cannot write them (SiLU, split-K) say so with None."""
-    from sparkdec.ops import triton_argmax
-
-    for n, cfg in [(200, (32, 32, 1, 4, 2)), (1000, None)]:
-        if cfg:
-            triton_gemm.CONFIGS[(n, 64)] = cfg
-        bn = triton_gemm.pick_config(n, 64)[0]
-        # float32 (the interpreter's bf16 products are not bf16's); coarse entries, exact sums: many ties
-        x = (torch.randn(5, 64) * 4).round() / 4
-        w = ((torch.randn(n, 64) * 4).round().abs() + 1) / 8
-        x[2], x[4] = x[2].abs(), -x[4].abs() - 0.25  # row 4's logits are all negative (the tile's padding is not)
-        w[7] = w[3]  # two equal columns in one tile
-        w[n - 1] = w[n - 2] = x[2] * 50  # row 2's largest entry in the last (partial) tile, twice
-        logits, (best, first) = gemm(x, w, out_dtype=torch.float32, maxima=True)
-        assert torch.equal(logits, gemm(x, w, out_dtype=torch.float32))
-        tiles = -(-n // bn)
-        assert best.shape == first.shape == (5, tiles)
-        for j in range(tiles):
-            chunk = logits[:, j * bn:(j + 1) * bn]
-            assert torch.equal(best[:, j], chunk.max(1).values) and torch.equal(first[:, j].long(),
-                                                                                chunk.argmax(1) + j * bn)
-        assert torch.equal(triton_argmax.argmax_kernels(logits, winners=(best, first)), logits.argmax(-1))
-        assert int(logits.argmax(-1)[2]) == n - 2
-        meta = torch.tensor([[0] * 5, [3, 4, 5, 6, 7], [50, 51, 52, 53, 54], [4, 5, 6, 7, 8], [0, 0, 1, 1, 1]])
-        moved = {}
-        for name, winners in (("pick", (best, first)), ("chunks", None)):
-            st, on = meta.clone(), torch.tensor([1, 1, 0, 1, 1])
-            ids, pos, slots, row_len, seq = st.unbind(0)
-            a = triton_argmax.Advance(on, ids, pos, slots, row_len, seq, torch.tensor([[3, 4], [5, 6]]), 4)
-            moved[name] = (triton_argmax.argmax_kernels(logits, a, winners), st)
-        assert torch.equal(moved["pick"][0], moved["chunks"][0]) and torch.equal(moved["pick"][1], moved["chunks"][1])
-    triton_gemm.CONFIGS[(64, 48)] = (32, 16, 3, 4, 2)
-    assert gemm(torch.randn(2, 48), torch.randn(64, 48), maxima=True)[1] is None  # split-K 3
-    assert gemm(torch.randn(2, 48), torch.randn(64, 48), silu=True, maxima=True)[1] is None
-
-
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -522,9 +451,7 @@ if __name__ == "__main__":
     check_keyed_race()
     check_top_p_drop()
     check_norm_of_slices()
-    check_embedded_rows_norm()
     check_nucleus()
     check_argmax()
     check_argmax_advance()
-    check_argmax_winners_from_the_product()
     print("ok")

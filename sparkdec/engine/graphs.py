@@ -65,9 +65,6 @@ ADVANCE = flag("SPARKDEC_GRAPH_ADVANCE", True)
 # per token against 2.464; decode_loop_gaps_advance_h200_2026-12-01_session26.json).
 RING_READBACK = flag("SPARKDEC_GRAPH_RING", True)
 RING_SLOTS = 4
-# the LM head's product writes each row's maximum per column tile as it stores the logits, so the argmax runs only
-# its pick kernel (triton_gemm.gemm maxima: one launch less per forward). Staged in session 27, off until measured.
-ARGMAX_IN_HEAD = flag("SPARKDEC_ARGMAX_IN_HEAD", False)
 # the tiers that get a short graph: for 2, 4 and 8 rows they were slower at 1k and 2k (2 rows at 1k 2.737 -> 2.840
 # ms, 8 rows 2.843 -> 2.927; short_graph_tiers_ab_h200_2026-11-30_session19.json), before the sized Gluon graphs.
 # With them (session 24) 8 rows at 1k: replay 2.796/2.794 -> 2.734/2.740 ms, a verify of 8 2.782/2.792 -> 2.728/2.727
@@ -214,17 +211,14 @@ class TargetGraphs:
                              max_kv_len=min(keys or self.max_positions, self.max_positions),
                              block_lead=self.block_lead[:t],
                              block_rows=self.block_rows[:t])
+        logits = self.runner.forward_rows(self.ids[:t], ctx)
         from sparkdec.ops.triton_argmax import Advance, argmax_rows
 
-        if not ROW_ARGMAX:
-            logits = self.runner.forward_rows(self.ids[:t], ctx)
-            return logits, logits.argmax(-1)
-        logits, winners = self.runner.forward_rows_winners(self.ids[:t], ctx, ARGMAX_IN_HEAD)
         if not self.advances:
-            return logits, argmax_rows(logits, winners=winners)
+            return logits, (argmax_rows(logits) if ROW_ARGMAX else logits.argmax(-1))
         return logits, argmax_rows(logits, Advance(self.advance_on[:t], self.ids[:t], self.positions[:t],
                                                    self.slots[:t], self.row_len[:t], self.row_seq[:t], self.tables,
-                                                   self.page_size, self.ring), winners)
+                                                   self.page_size, self.ring))
 
     @torch.inference_mode()
     def capture(self) -> None:

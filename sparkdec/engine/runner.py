@@ -96,11 +96,6 @@ class ModelRunner:
         """Target forward + drafter context write + logits of every row: [T, V] float32."""
         return self.target.logits(self.forward_rows_hidden(ids, ctx))
 
-    def forward_rows_winners(self, ids: torch.Tensor, ctx: ForwardContext, winners: bool):
-        """forward_rows -> (logits, the LM head's chunk winners for the argmax or None): see Qwen3ForCausalLM."""
-        hidden = self.forward_rows_hidden(ids, ctx)
-        return self.target.logits_and_winners(hidden) if winners else (self.target.logits(hidden), None)
-
     @torch.inference_mode()
     def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None,
                mark=None, before_read=None, draws=None):

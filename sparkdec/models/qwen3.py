@@ -13,7 +13,7 @@ from sparkdec.engine.context import ForwardContext
 from sparkdec.ops.attention import paged_attention
 from sparkdec.ops.linear import linear
 from sparkdec.ops.norms import rms_norm
-from sparkdec.ops.partials import EmbeddedRows, Pending, materialised
+from sparkdec.ops.partials import Partials, materialised
 from sparkdec.ops.rope import RotaryTable
 
 
@@ -24,8 +24,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x) -> torch.Tensor:
-        """x: a tensor, or a product's unsummed slices or rows to gather (ops/partials.py) on the CUDA path."""
-        if isinstance(x, Pending) or (x.is_cuda and x.dim() == 2):
+        """x: a tensor, or a product's unsummed slices (ops/partials.py) on the CUDA path."""
+        if isinstance(x, Partials) or (x.is_cuda and x.dim() == 2):
             from sparkdec.ops import triton_fused
 
             return triton_fused.norm_of(x, self.weight, self.eps)[0]
@@ -145,12 +145,8 @@ class Qwen3DecoderLayer(nn.Module):
         h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True)
         return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 
-    def fused_on_cuda(self) -> bool:
-        """Do CUDA inputs take _fused_forward (the layer's products fused)?"""
-        return self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None
-
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:
-        if h.is_cuda and self.fused_on_cuda():
+        if h.is_cuda and self.self_attn.qkv_weight is not None and self.mlp.gate_up_weight is not None:
             return self._fused_forward(h, ctx, kv, rope)
         attn = self.self_attn(self.input_layernorm(h), ctx, kv, rope)
         h = materialised(h)  # a fused layer before this one may hand on slices: the norm above summed them
@@ -190,37 +186,16 @@ class Qwen3ForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext, kv_layers: list,
                 tap_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-        h = self._embedded(input_ids)
+        h = self.model.embed_tokens(input_ids)
         taps = []
-        if -1 in tap_layers:  # (rows to gather: their tensor is written by the first layer's norm, before the cat)
-            taps.append(materialised(h))
+        if -1 in tap_layers:
+            taps.append(h)
         for i, layer in enumerate(self.model.layers):
             h = layer(h, ctx, kv_layers[i], self.rope)
             if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
                 taps.append(materialised(h))
         return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
 
-    def _embedded(self, input_ids: torch.Tensor):
-        """The input rows [T, d]: a tensor, or (triton_fused.EMBED_IN_NORM, a fused first layer) rows that the first
-        layer's RMSNorm kernel gathers itself (ops/partials.EmbeddedRows)."""
-        table, first = self.model.embed_tokens.weight, self.model.layers[0] if len(self.model.layers) else None
-        if input_ids.is_cuda and first is not None and first.fused_on_cuda():
-            from sparkdec.ops import triton_fused
-
-            if triton_fused.EMBED_IN_NORM and input_ids.dim() == 1:
-                out = torch.empty(input_ids.shape[0], table.shape[1], dtype=table.dtype, device=table.device)
-                return EmbeddedRows(table, input_ids, out)
-        return self.model.embed_tokens(input_ids)
-
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [R, d] -> float32 logits [R, V]."""
         return linear(hidden, self.lm_head.weight, torch.float32)
-
-    def logits_and_winners(self, hidden: torch.Tensor):
-        """(logits, winners): on CUDA the product also writes each row's maximum per column tile and its first column
-        (ops/triton_gemm.gemm maxima) for ops/triton_argmax; winners None where it does not (and off CUDA)."""
-        if not hidden.is_cuda:
-            return self.logits(hidden), None
-        from sparkdec.ops.triton_gemm import gemm
-
-        return gemm(hidden.contiguous(), self.lm_head.weight, out_dtype=torch.float32, maxima=True)

@@ -14,9 +14,15 @@ from dataclasses import dataclass
 import torch
 
 
-class Pending:
-    """Rows [M, N] that the norm kernel reading them writes to `out` (in stream order): shape and device are out's."""
-    out: torch.Tensor
+@dataclass
+class Partials:
+    ws: torch.Tensor  # fp32 [SPLIT_K, tiles, MP, BN] flattened: slice s, tile t, token row m, weight row n
+    residual: torch.Tensor | None  # [M, N]: added after the slices' sum is rounded to out's dtype (None: nothing)
+    out: torch.Tensor  # [M, N]: residual + product, written by the norm kernel that reads these slices
+    split_k: int
+    tiles: int
+    bn: int
+    mp: int
 
     @property
     def shape(self) -> torch.Size:
@@ -27,26 +33,6 @@ class Pending:
         return self.out.is_cuda
 
 
-@dataclass
-class Partials(Pending):
-    ws: torch.Tensor  # fp32 [SPLIT_K, tiles, MP, BN] flattened: slice s, tile t, token row m, weight row n
-    residual: torch.Tensor | None  # [M, N]: added after the slices' sum is rounded to out's dtype (None: nothing)
-    out: torch.Tensor  # [M, N]: residual + product, written by the norm kernel that reads these slices
-    split_k: int
-    tiles: int
-    bn: int
-    mp: int
-
-
-@dataclass
-class EmbeddedRows(Pending):
-    """The model's input rows not gathered yet: out[r] = table[ids[r]], written by the first layer's RMSNorm kernel,
-    which gathers them itself (ops/triton_fused.norm_of; triton_fused.EMBED_IN_NORM) instead of an embedding launch."""
-    table: torch.Tensor  # [V, N] the embedding
-    ids: torch.Tensor  # [M] int64 token ids
-    out: torch.Tensor  # [M, N]
-
-
 def materialised(h) -> torch.Tensor:
-    """The tensor of h: itself, or the buffer the norm kernel reading h's slices or rows writes (in stream order)."""
-    return h.out if isinstance(h, Pending) else h
+    """The tensor of h: itself, or the buffer the norm kernel reading h's slices writes (in stream order)."""
+    return h.out if isinstance(h, Partials) else h

@@ -17,7 +17,6 @@ from sparkdec.ops.triton_gemm import pdl_args, pdl_release, pdl_wait
 
 BLOCK = 4096  # entries per chunk (151936 -> 38 chunks a row)
 MAX_CHUNKS = 1024  # the final kernel's block: rows up to BLOCK * MAX_CHUNKS entries
-MAX_WINNERS = 4096  # a product's chunk winners past this many per row: the chunk kernel runs instead
 
 
 @triton.jit
@@ -98,36 +97,28 @@ def advance_reference(tokens: torch.Tensor, a: Advance) -> None:
         a.on.copy_(torch.where(a.on != 0, a.on % a.ring.shape[0] + 1, a.on))
 
 
-def argmax_rows(logits: torch.Tensor, advance: Advance | None = None, winners: tuple | None = None) -> torch.Tensor:
+def argmax_rows(logits: torch.Tensor, advance: Advance | None = None) -> torch.Tensor:
     """logits [R, V] float32 -> [R] int64, each row's first maximal index: the two kernels on CUDA,
-    torch.argmax(-1) elsewhere. advance: decode rows moved on to their next step with these tokens (Advance).
-    winners: the chunk winners the logits' product wrote (triton_gemm.gemm(..., maxima=True)), or None."""
+    torch.argmax(-1) elsewhere. advance: decode rows moved on to their next step with these tokens (Advance)."""
     ok = logits.dim() == 2 and logits.dtype == torch.float32 and logits.stride(1) == 1
     if not (logits.is_cuda and ok and 0 < logits.shape[1] <= BLOCK * MAX_CHUNKS):
         out = logits.argmax(-1)
         if advance is not None:
             advance_reference(out, advance)
         return out
-    if winners is not None and winners[0].shape[1] > MAX_WINNERS:
-        winners = None
-    return argmax_kernels(logits, advance, winners)
+    return argmax_kernels(logits, advance)
 
 
-def argmax_kernels(logits: torch.Tensor, advance: Advance | None = None, winners: tuple | None = None) -> torch.Tensor:
-    """The two launches, or the pick alone over winners (max [R, chunks] float32, first index [R, chunks] int32,
-    chunks in column order: what the product wrote). Also what tests run under Triton's interpreter, on CPU."""
+def argmax_kernels(logits: torch.Tensor, advance: Advance | None = None) -> torch.Tensor:
+    """The two launches (also what tests run under Triton's interpreter, on CPU tensors)."""
     rows, n = logits.shape
     out = torch.empty(rows, dtype=torch.long, device=logits.device)
     if rows == 0:
         return out
-    if winners is None:
-        chunks = triton.cdiv(n, BLOCK)
-        val = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
-        idx = torch.empty(rows, chunks, dtype=torch.int32, device=logits.device)
-        _chunk_kernel[(rows, chunks)](logits, val, idx, n, logits.stride(0), chunks, BLOCK=BLOCK, **pdl_args())
-    else:
-        val, idx = winners
-        chunks = val.shape[1]
+    chunks = triton.cdiv(n, BLOCK)
+    val = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
+    idx = torch.empty(rows, chunks, dtype=torch.int32, device=logits.device)
+    _chunk_kernel[(rows, chunks)](logits, val, idx, n, logits.stride(0), chunks, BLOCK=BLOCK, **pdl_args())
     a = advance
     meta = ((a.on, a.ids, a.positions, a.slots, a.row_len, a.row_seq, a.tables, a.tables.stride(0), a.tables.shape[1],
              a.page_size) if a is not None else (out,) * 7 + (0, 0, 1))

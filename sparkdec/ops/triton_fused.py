@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.ops import stamps
-from sparkdec.ops.partials import EmbeddedRows, Partials
+from sparkdec.ops.partials import Partials
 from sparkdec.ops.stamps import stamp
 from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
@@ -21,26 +21,16 @@ from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pd
 NORM_WARPS = 4
 
 
-# (staged in session 26, off) the first layer's RMSNorm gathers its rows from the embedding itself (ops/partials.
-# EmbeddedRows): one launch less per forward (the embedding's index_select, about 2 us and a gap at the start of a
-# decode graph, decode_loop_gaps_advance_h200_2026-12-01_session26.json); the same bits (a copy, then the same norm)
-EMBED_IN_NORM = False
-
-
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o, ids_ptr,
-                     HAS_RES: tl.constexpr, GATHER: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    # GATHER: x is a table whose row ids[row] is this row's input; it is also stored to res_out (EmbeddedRows)
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride_x, stride_o,
+                     HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     pdl_launch_early(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     w = tl.load(w_ptr + offs, mask=mask, other=0.0)  # a weight: read while the previous kernel drains
     pdl_wait(PDL)
-    src = tl.load(ids_ptr + row).to(tl.int64) if GATHER else row
-    x = tl.load(x_ptr + src * stride_x + offs, mask=mask, other=0.0)
-    if GATHER:
-        tl.store(res_out_ptr + row * stride_o + offs, x, mask=mask)
+    x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0)
     if HAS_RES:
         # NOTE: the sum is rounded to the activation dtype first, as the reference `h = h + delta` does
         x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32))
@@ -109,29 +99,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     out = torch.empty_like(x)
     res_out = torch.empty_like(x) if residual is not None else out
     _rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out, res_out, n, eps, x.stride(0),
-                           out.stride(0), out, HAS_RES=residual is not None, GATHER=False,
-                           BLOCK=triton.next_power_of_2(n), num_warps=NORM_WARPS, **pdl_args(kind))
+                           out.stride(0), HAS_RES=residual is not None, BLOCK=triton.next_power_of_2(n),
+                           num_warps=NORM_WARPS, **pdl_args(kind))
     return (out, res_out) if residual is not None else out
 
 
-def gathered_norm(rows: EmbeddedRows, weight: torch.Tensor, eps: float, kind: str = "norm") -> torch.Tensor:
-    """RMSNorm of table[ids] [M, N], writing table[ids] to rows.out in the same launch (rms_norm's bits)."""
-    table, out = rows.table, torch.empty_like(rows.out)
-    m, n = out.shape
-    assert table.stride(1) == 1 and rows.out.stride(0) == out.stride(0), "gathered_norm: rows must be contiguous"
-    _rms_norm_kernel[(m,)](table, table, weight, out, rows.out, n, eps, table.stride(0), out.stride(0), rows.ids,
-                           HAS_RES=False, GATHER=True, BLOCK=triton.next_power_of_2(n), num_warps=NORM_WARPS,
-                           **pdl_args(kind))
-    return out
-
-
 def norm_of(h, weight: torch.Tensor, eps: float, kind: str = "norm") -> tuple[torch.Tensor, torch.Tensor]:
-    """h [M, N] (a tensor, a split-K product's unsummed slices or rows still to gather: ops/partials.py) ->
-    (RMSNorm(h), h as a tensor). Slices are summed, rounded and added to their residual here, rows gathered, h written
-    to h.out, in one launch.
+    """h [M, N] (a tensor, or a split-K product's unsummed slices: ops/partials.py) -> (RMSNorm(h), h as a
+    tensor). Slices are summed, rounded and added to their residual here, h written to h.out, in one launch.
     kind: its PDL kind (triton_gemm.PDL_KINDS; "norm_mlp" for the norm before the MLP)."""
-    if isinstance(h, EmbeddedRows):
-        return (gathered_norm(h, weight, eps, kind) if h.shape[0] else torch.empty_like(h.out)), h.out
     if not isinstance(h, Partials):
         return (rms_norm(h, weight, eps, kind=kind) if h.shape[0] else torch.empty_like(h)), h
     m, n = h.out.shape

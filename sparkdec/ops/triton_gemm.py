@@ -194,10 +194,10 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
 
 
 @triton.jit
-def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, max_ptr, arg_ptr, M, N, stride_xm, stride_wn,
-                 stride_om, stride_rm, K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
+def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
+                 K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, MAXIMA: tl.constexpr):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
@@ -224,22 +224,6 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, max_ptr, arg_p
     pdl_release(PDL)
     finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
                 SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K, x_ptr.dtype.element_ty)
-    if MAXIMA:  # (SPLIT_K 1, no SILU, no RESIDUAL) each row's largest entry of this tile and its first column
-        _tile_maxima(acc.to(x_ptr.dtype.element_ty).to(tl.float32), max_ptr, arg_ptr, rows, rmask, pid_n,
-                     tl.num_programs(1), N, BLOCK_N)
-
-
-@triton.jit
-def _tile_maxima(y, max_ptr, arg_ptr, rows, rmask, pid_n, tiles, N, BLOCK_N: tl.constexpr):
-    """y [BLOCK_M, BLOCK_N]: a tile's entries as stored (rounded to the activations' dtype). Writes each row's
-    maximum and its lowest column holding it to max_ptr / arg_ptr [rows, tiles] at the tile's column pid_n: the
-    chunk winners of ops/triton_argmax, so the argmax of the logits needs only its pick kernel."""
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    y = tl.where((cols < N)[None, :], y, float("-inf"))
-    best = tl.max(y, 1)  # [BLOCK_M]
-    first = tl.min(tl.where(y == best[:, None], cols[None, :], N), 1)
-    tl.store(max_ptr + rows * tiles + pid_n, best, mask=rmask)
-    tl.store(arg_ptr + rows * tiles + pid_n, first, mask=rmask)
 
 
 @triton.jit
@@ -292,18 +276,14 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
-         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False,
-         maxima: bool = False):
+         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
     than x's gets that rounding too. partial: where SUM_IN_NORM holds and a split-K Gluon launch runs it, return its
     unsummed slices (ops/partials.Partials, for the next norm kernel; with no residual, for the q/k norm + RoPE
-    kernel) instead of the tensor.
-    maxima: return (out, winners): winners = (max [M, tiles] float32, first column [M, tiles] int32) of each row in
-    each column tile of the product as stored (ops/triton_argmax's chunk winners), or None where this product's
-    kernel does not write them (a Gluon or split-K product, SILU, a residual: the argmax's chunk kernel runs)."""
+    kernel) instead of the tensor."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -312,8 +292,6 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
     if out is None:
         out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
-    if maxima:
-        return _with_maxima(x, weight, out, silu or residual is not None or split_k > 1)
     if m == 0:
         return out
     res = residual if residual is not None else out
@@ -333,35 +311,11 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         tiles = grid[0] * grid[1]
         ws = torch.empty(split_k * tiles * block_m * block_n, dtype=torch.float32, device=x.device)
         cnt = _counters(x.device, tiles)
-    _launch(grid, x, weight, out, res, ws, cnt, None, silu, residual is not None, block_m, block_n, block_k,
-            split_k, warps, stages)
-    return out
-
-
-def _launch(grid, x, weight, out, res, ws, cnt, winners, silu, residual, block_m, block_n, block_k, split_k, warps,
-            stages):
-    m, k = x.shape
-    best, first = winners if winners is not None else (out, out)
-    _gemm_kernel[grid](x, weight, out, res, ws, cnt, best, first, m, out.shape[1], x.stride(0), weight.stride(0),
-                       out.stride(0), res.stride(0), K=k, SILU=silu, RESIDUAL=residual,
+    _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
+                       res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       SPLIT_K=split_k, MAXIMA=winners is not None, num_warps=warps, num_stages=stages, **pdl_args())
-
-
-def _with_maxima(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, unsupported: bool):
-    """gemm(x, weight, out=out, maxima=True) -> (out, winners or None): see gemm."""
-    if unsupported or (GLUON and gluon_gemv.supports(x, weight, 1) is not None):
-        return gemm(x, weight, out=out), None
-    m, k = x.shape
-    block_n, block_k, _, warps, stages = pick_config(weight.shape[0], k)
-    block_m, block_n, block_k, warps, stages = row_tile(m, block_n, block_k, warps, stages)
-    tiles = triton.cdiv(weight.shape[0], block_n)
-    winners = (torch.empty(m, tiles, dtype=torch.float32, device=x.device),
-               torch.empty(m, tiles, dtype=torch.int32, device=x.device))
-    if m:
-        _launch((triton.cdiv(m, block_m), tiles, 1), x, weight, out, out, out, out, winners, False, False, block_m,
-                block_n, block_k, 1, warps, stages)
-    return out, winners
+                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **pdl_args())
+    return out
 
 
 load_configs()
