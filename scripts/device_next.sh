@@ -8,7 +8,9 @@
 # Session 25 ran 27 (qkv split-K 2: slower), 26 (short tiers: shipped), 1, 28 (norm warps: slower; 2/4 rows at
 # 2048 keys: shipped), 25 (the end run), decode_loop_gaps.py and a tile A/B (*_session25*.json). Session 26 ran 29
 # (ADVANCE and RING_READBACK: shipped on), a qkv ring-depth A/B (slower), 1 and 25 (the end run) and an LM head A/B
-# (Gluon: equal in the bench; *_session26*.json). Next: 1 and 25 after any change (the end run).
+# (Gluon: equal in the bench; *_session26*.json). Session 27 ran 31 (26's staged first norm gathering the embedding,
+# and the LM head writing the argmax's chunk winners: both equal at 1k, removed; fold_ab_*_session27.json), then 1 and
+# 25 (the end run). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
