@@ -349,11 +349,6 @@ VARIANTS["norm_w16"] = {(triton_fused, "NORM_WARPS"): 16}
 # host ring too (RING_READBACK, no token copy either). Their A/B ran before they were on: base was both off
 VARIANTS["advance"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): False}
 VARIANTS["advance_ring"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): True}
-# (staged in session 27) the Gluon products asking L2 for tiles past their ring after their PDL wait (gluon_gemv.AHEAD)
-for _t in (1, 2, 3, 4):
-    VARIANTS[f"ahead_qkv{_t}"] = {(gluon_gemv, "AHEAD"): {QKV: _t}}
-    VARIANTS[f"ahead_mlp{_t}"] = {(gluon_gemv, "AHEAD"): {GATE_UP: _t, DOWN: _t}}
-    VARIANTS[f"ahead_all{_t}"] = {(gluon_gemv, "AHEAD"): {QKV: _t, O: _t, GATE_UP: _t, DOWN: _t}}
 VARIANTS["no_advance"] = {(graphs, "ADVANCE"): False, (graphs, "RING_READBACK"): False}  # as before session 26
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)

@@ -10,7 +10,8 @@
 # (ADVANCE and RING_READBACK: shipped on), a qkv ring-depth A/B (slower), 1 and 25 (the end run) and an LM head A/B
 # (Gluon: equal in the bench; *_session26*.json). Session 27 ran 31 (26's staged first norm gathering the embedding,
 # and the LM head writing the argmax's chunk winners: both equal at 1k, removed; fold_ab_*_session27.json), then 1 and
-# 25 (the end run). Next: 1 and 25 after any change (the end run).
+# 25 (the end run), 8 (Qwen3-8B) and 32 (the Gluon products asking L2 for tiles past their ring: much slower, removed;
+# code in 9c7b25a; ahead_ab_*_session27.json). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -50,9 +51,6 @@
 # 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
 #    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
-# 32. (staged in session 27) the Gluon products asking L2 for 1-4 weight tiles past their ring after their PDL wait
-#    (gluon_gemv.AHEAD: more bytes in flight without more shared memory): the bits test and two engine tests with it
-#    on, then the 4B A/B at 1k, 1 and 8 rows (qkv alone, gate_up and down, all four)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -152,13 +150,6 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
     $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
   SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
     $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
-elif [ "$1" = 32 ]; then  # (staged in session 27) the Gluon products asking L2 for tiles past their ring: tests, A/B
-  timeout 200 python -c "import sys, pytest; import sparkdec.ops.gluon_gemv as g
-g.AHEAD.update({(6144, 2560): 2, (2560, 4096): 2, (19456, 2560): 2, (2560, 9728): 2})
-sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
- 'l2_look_ahead or bit_identical or replay_equals_eager']))" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -6
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_decode.py $OUT/ahead_ab.json \
-    qwen3-4b base ahead_qkv1 ahead_qkv2 ahead_qkv4 ahead_mlp2 ahead_mlp4 ahead_all2 base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

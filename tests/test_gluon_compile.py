@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False, pace=0, ahead=0):
+                 pre=None, defer=False, pace=0):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -25,11 +25,10 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
     ints = ["M", "N", "stride_xm", "stride_om", "stride_rm"]
     consts = {"K": k, "SILU": silu, "RESIDUAL": residual, "PDL": pdl, "SPLIT_K": split, "STAGES": stages,
               "PRE": stages if pre is None else pre, "MP": mp,
-              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "AHEAD": ahead, "num_warps": 4}
+              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "num_warps": 4}
     sig = {"w_desc": f"tensordesc<bf16[{bn},{bk}],{wl!r}>", "x_desc": f"tensordesc<bf16[{mp},{bk}],{xl!r}>",
            "x_ptr": "*bf16", "out_ptr": "*bf16", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
-           **{name: "i32" for name in ints}, "w_ptr": "*bf16", "stride_wn": "i32", "w_rows": "i32",
-           **{name: "constexpr" for name in consts}}
+           **{name: "i32" for name in ints}, **{name: "constexpr" for name in consts}}
     src = GluonASTSource(gg._gemv_kernel, sig, consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
@@ -55,8 +54,6 @@ def local_bytes(cubin: bytes) -> int:
     dict(stages=4, pre=2, pace=1),                     # paced, two stages before the wait
     dict(k=1024, stages=6, pace=1),                    # paced, a ring deeper than the program's tiles
     dict(bk=256, stages=3, split=2, defer=True),       # qkv at split-K 2, slices left for RoPE (no residual)
-    dict(bk=256, stages=3, ahead=2),                   # qkv asking L2 for 2 tiles past its ring (AHEAD)
-    dict(k=9728, split=4, stages=6, residual=True, defer=True, ahead=4),
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)
@@ -65,7 +62,6 @@ def test_gluon_product_compiles_for_sm90(variant):
     assert "cp.async.bulk.tensor" in ptx
     assert "griddepcontrol.wait" in ptx
     assert ("atom.global" in ptx) == (variant.get("split", 1) > 1 and not variant.get("defer"))
-    assert ("cp.async.bulk.prefetch.L2" in ptx) == bool(variant.get("ahead"))
     assert local_bytes(kernel.asm["cubin"]) == 0
 
 

@@ -113,34 +113,11 @@ if AVAILABLE:
             gl.atomic_xchg(cnt_ptr + tile, 0)
             _epilogue(total, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
 
-    # one thread's bulk prefetch of [addr, addr + size) into L2, issued only where live != 0 (AHEAD)
-    _L2_ASM: gl.constexpr = gl.constexpr("""{
-.reg .pred p;
-setp.ne.u32 p, $2, 0;
-@p cp.async.bulk.prefetch.L2.global [$1], $3;
-mov.u32 $0, 0;
-}""")
-
-    @gluon.jit
-    def _ask_l2(w_ptr, stride_wn, w_rows, row0, col0, live, BN: gl.constexpr, BK: gl.constexpr,
-                num_warps: gl.constexpr):
-        """Ask L2 for the weight tile w[row0 : row0 + BN, col0 : col0 + BK] (where live): two requests per row, one
-        per thread (no data arrives in shared memory; the tile's TMA load later finds it in L2)."""
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        i = gl.arange(0, 2 * BN, layout=lay)  # [2 BN]: row i // 2, half i % 2
-        row = row0 + i // 2
-        addr = w_ptr + row.to(gl.int64) * stride_wn + col0 + (i % 2) * (BK // 2)
-        on = (live & (row < w_rows)).to(gl.int32)
-        gl.inline_asm_elementwise(_L2_ASM, "=r,l,r,r", [addr, on, i * 0 + BK], dtype=gl.int32, is_pure=False,
-                                  pack=1)
-
     @gluon.jit
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
-                     w_ptr, stride_wn, w_rows,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, AHEAD: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -178,9 +155,6 @@ mov.u32 $0, 0;
             _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
         if PACE:
             _paced_drain(pace, ready, FILL, PACE)
-        for j in gl.static_range(AHEAD):  # L2 holds the AHEAD tiles past the ring (see AHEAD)
-            _ask_l2(w_ptr, stride_wn, w_rows, pid_n * BN, k_begin + (STAGES + j) * BK, STAGES + j < NK, BN, BK,
-                    num_warps)
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, MP, 16])
         acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
@@ -195,9 +169,6 @@ mov.u32 $0, 0;
             _request(w_desc, pid_n * BN, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more)
             if XRING:
                 _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
-            if AHEAD:
-                far = i + STAGES + AHEAD
-                _ask_l2(w_ptr, stride_wn, w_rows, pid_n * BN, k_begin + far * BK, far < NK, BN, BK, num_warps)
         if PDL == 1:
             gdc_launch_dependents()
         for j in gl.static_range(STAGES):
@@ -244,10 +215,6 @@ PACED_ROWS = 1
 # (and fill) before the split's leave (1k decode -1.4%; slower at 2k and for 8 rows: lone3_ab_*, smem_ab_*_session23).
 # The same tiles in the same order: the same bits.
 LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
-# (weight rows, K) -> weight tiles a program asks L2 for past its ring, after its PDL wait (cp.async.bulk.prefetch.L2:
-# more of the product's bytes in flight without more shared memory; session 14 asked before the wait and was slower).
-# Staged in session 27, empty: off. Bits never change.
-AHEAD: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -319,11 +286,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
-                                   res.stride(0), weight, weight.stride(0), weight.shape[0], K=k, SILU=silu,
-                                   RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k, STAGES=stages,
-                                   PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=pace, AHEAD=AHEAD.get(tuple(weight.shape), 0),
-                                   num_warps=4, **extra)
+                                   res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
+                                   STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, num_warps=4, **extra)
     return ws if defer else out
 
 
