@@ -335,7 +335,10 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
 
 def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True, on_run=None) -> dict:
     bw = copy_bandwidth()
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_bandwidth_Bps": bw, "runs": []}
+    # the device's UUID tells runs on the same machine apart: machines of the same kind differ by about 1% in decode
+    uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
+    results = {"device": torch.cuda.get_device_name(), "device_uuid": uuid, "torch": torch.__version__,
+               "copy_bandwidth_Bps": bw, "runs": []}
     for shape in shapes:
         for i, ctx in enumerate(contexts):
             r = bench_shape(shape, ctx, bw, with_peer=peer and i == 0, with_sim=simulate and i == 0)
