@@ -349,14 +349,6 @@ VARIANTS["norm_w16"] = {(triton_fused, "NORM_WARPS"): 16}
 # host ring too (RING_READBACK, no token copy either). Their A/B ran before they were on: base was both off
 VARIANTS["advance"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): False}
 VARIANTS["advance_ring"] = {(graphs, "ADVANCE"): True, (graphs, "RING_READBACK"): True}
-# (staged in session 27) Gluon products with 32 weight rows a tile (mma.sync, x the 16-row A operand; the same bits):
-# twice the programs, half the bytes each (qkv: 192 programs on all SMs rather than 96 on 96)
-VARIANTS["qkv_bn32"] = _tiles(gluon={QKV: (32, 256, 3, 1)})
-VARIANTS["qkv_bn32_st4"] = _tiles(gluon={QKV: (32, 256, 4, 1)})
-VARIANTS["qkv_bn32_bk128_st6"] = _tiles(gluon={QKV: (32, 128, 6, 1)})
-VARIANTS["gu_bn32"] = _tiles(gluon={GATE_UP: (32, 128, 4, 1)})
-VARIANTS["down_bn32"] = _tiles(gluon={DOWN: (32, 128, 6, 1)})
-VARIANTS["o_bn32"] = _tiles(gluon={O: (32, 128, 4, 1)})
 VARIANTS["no_advance"] = {(graphs, "ADVANCE"): False, (graphs, "RING_READBACK"): False}  # as before session 26
 # session 16: graphs sized for Qwen3's own 40k context window (the engine's default max_model_len) against the bench's
 # ctx + 1024; the combine unrolling every chunk of such a grid (64: all, as before) or its first 0-8 (2 shipped)

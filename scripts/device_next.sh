@@ -11,7 +11,8 @@
 # (Gluon: equal in the bench; *_session26*.json). Session 27 ran 31 (26's staged first norm gathering the embedding,
 # and the LM head writing the argmax's chunk winners: both equal at 1k, removed; fold_ab_*_session27.json), then 1 and
 # 25 (the end run), 8 (Qwen3-8B) and 32 (the Gluon products asking L2 for tiles past their ring: much slower, removed;
-# code in 9c7b25a; ahead_ab_*_session27.json). Next: 33 (staged in session 27), then 1 and 25 after any change.
+# code in 9c7b25a; ahead_ab_*_session27.json), and qkv at 32-row Gluon tiles (mma.sync: same bits, slower, removed;
+# code in 952e554; bn32_ab_*_session27.json). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -51,10 +52,6 @@
 # 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
 #    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
-# 33. (staged in session 27) Gluon products with 32 weight rows a tile (mma.sync m16n8k16 with x as the A operand,
-#    the Triton kernel's own instruction, instead of swap-AB wgmma's 64): qkv on 192 programs (all SMs) rather than
-#    96. The bits test (now with 32-row tiles of every product), two engine tests with all four at 32 rows, then the 4B
-#    A/B at 1k and 8k, 1 and 8 rows (qkv at 3-6 stages, gate_up, down and o at 32 rows)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -154,16 +151,6 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
     $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
   SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
     $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
-elif [ "$1" = 33 ]; then  # (staged in session 27) Gluon products with 32-row tiles (mma.sync): bits, engine tests, A/B
-  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k gluon_products_give 2>&1 | tail -2
-  timeout 200 python -c "import sys, pytest; import sparkdec.ops.gluon_gemv as g
-g.CONFIGS.update({(6144, 2560): (32, 256, 3, 1), (2560, 4096): (32, 128, 4, 1), (19456, 2560): (32, 128, 4, 1),
- (2560, 9728): (32, 128, 6, 1)})
-sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
- 'bit_identical or replay_equals_eager']))" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -6
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 400 python scripts/ab_decode.py $OUT/bn32_ab.json \
-    qwen3-4b base qkv_bn32 qkv_bn32_st4 qkv_bn32_bk128_st6 gu_bn32 down_bn32 o_bn32 base#2 qkv_bn32#2 2>&1 \
-    | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -5,9 +5,7 @@ tests/test_gpu.py): each row's reduction runs over K in 16-wide tensor-core step
 (the same SPLIT_K as the Triton table) are summed in slice order by the tile's last program. What differs is how the
 weights arrive: W is the 64-row wgmma operand (swap-AB: y^T = W x^T, rows padded to MP = 8 or 16 with zeros), fed by
 a STAGES-deep TMA ring whose first tiles are requested before the kernel waits for the previous one (weights never
-depend on it), so the weight stream does not stop at kernel boundaries. A tile of fewer than 64 weight rows (BN 32:
-twice the programs, staged in session 27, not in the table) runs mma.sync m16n8k16 with x as the 16-row A operand
-instead: the Triton kernel's own instruction and K order, so the same bits.
+depend on it), so the weight stream does not stop at kernel boundaries.
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ from sparkdec.ops.tile_tables import read_table
 try:  # Gluon ships with triton >= 3.5; the CPU path and older tritons use the Triton kernel alone
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                   warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -158,27 +155,15 @@ if AVAILABLE:
             _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
         if PACE:
             _paced_drain(pace, ready, FILL, PACE)
-        if BN < 64:  # mma.sync (m16n8k16), x the 16-row A operand: the Triton kernel's own instruction, any BN
-            acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, num_warps],
-                                                            instr_shape=[16, 8])
-            acc = gl.zeros([MP, BN], gl.float32, layout=acc_l)
-        else:  # swap-AB wgmma: the 64 weight rows are the A operand
-            acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                            instr_shape=[16, MP, 16])
-            acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
+        acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, MP, 16])
+        acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
         for i in range(NK):
             s = i % STAGES
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             xt = x_bufs.index(s) if XRING else x_bufs.index(i)  # [MP, BK]
-            if BN < 64:
-                a = xt.load(gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2))  # [MP, BK]
-                b = w_ring.index(s).permute((1, 0)).load(gl.DotOperandLayout(operand_index=1, parent=acc_l,
-                                                                             k_width=2))  # [BK, BN]
-                gl.thread_barrier()  # every warp has read stage s before it is refilled
-                acc = mma_v2(a, b, acc)
-            else:
-                acc = warpgroup_mma(w_ring.index(s), xt.permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            acc = warpgroup_mma(w_ring.index(s), xt.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             # stage s is free again: request the tiles STAGES ahead
             more = i + STAGES < NK
             _request(w_desc, pid_n * BN, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more)
@@ -189,10 +174,7 @@ if AVAILABLE:
         for j in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(j))
         EL: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
-        if BN < 64:
-            y = gl.convert_layout(gl.permute(acc, (1, 0)), EL)  # [MP, BN] -> [BN, MP]
-        else:
-            y = gl.convert_layout(acc, EL)  # [BN, MP]
+        y = gl.convert_layout(acc, EL)  # [BN, MP]
         DT: gl.constexpr = x_ptr.dtype.element_ty
         if SPLIT_K == 1:
             _epilogue(y, out_ptr, res_ptr, M, N, pid_n, stride_om, stride_rm, SILU, RESIDUAL, BN, MP, EL, DT)
@@ -249,10 +231,9 @@ def load_configs(path: str | os.PathLike | None = None) -> None:
                               "Gluon tile table", "scripts/gluon_gemv_probe.py"))
 
 
-def row_pad(m: int, bn: int = 64) -> int:
-    """MP: the token rows a program computes (the wgmma n; 16, mma.sync's m, for tiles of fewer than 64 weight rows);
-    rows >= m are zeros."""
-    return 8 if m <= 8 and bn >= 64 else 16
+def row_pad(m: int) -> int:
+    """MP: the token rows a program computes (the wgmma n); rows >= m are zeros."""
+    return 8 if m <= 8 else 16
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, int, int, int] | None:
@@ -268,7 +249,7 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
         return None
     bn, bk, stages, xring = cfg
     x_tiles = stages if xring else weight.shape[1] // split_k // bk
-    if 2 * bk * (stages * bn + x_tiles * row_pad(x.shape[0], bn)) > SMEM_BYTES:
+    if 2 * bk * (stages * bn + x_tiles * row_pad(x.shape[0])) > SMEM_BYTES:
         return None
     return cfg
 
@@ -296,7 +277,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     n = out.shape[1]
     if m <= PACED_ROWS:
         stages = LONE_ROW_STAGES.get(tuple(weight.shape), stages)
-    mp = row_pad(m, bn)
+    mp = row_pad(m)
     tiles = triton.cdiv(weight.shape[0], bn)
     ws = out
     if split_k > 1:

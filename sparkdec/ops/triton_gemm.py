@@ -303,7 +303,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
                               pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
-            return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m, gluon_cfg[0]))
+            return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
         return got
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
