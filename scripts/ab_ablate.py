@@ -7,6 +7,7 @@ usage: python scripts/ab_ablate.py OUT.json [shape] [variant ...]   (variants: a
 from __future__ import annotations
 
 import ab_decode
+from sparkdec.models import qwen3
 from sparkdec.ops import gluon_split, triton_attention, triton_fused
 
 
@@ -22,11 +23,28 @@ COMBINE = {(triton_attention, "_combine_kernel"): SKIP}
 SPLIT = {(triton_attention, "_split_kernel"): SKIP, (gluon_split, "_gluon_split_kernel"): SKIP}  # (the short graph's)
 ROPE = {(triton_fused, "_qkv_rope_store_kernel"): SKIP}
 NORM = {(triton_fused, "_rms_norm_kernel"): SKIP}
+
+
+def _raw_q(qkv, num_q, num_kv, q_weight, k_weight, eps, cos, sin, positions, slots, k_cache, v_cache):
+    """Stands in for triton_fused.qkv_rope_store: no kernel; the product's raw q columns as q [T, num_q, D] (finite,
+    so the tokens stay in range; keys are not written). The split then waits on the qkv product itself."""
+    d = k_cache.shape[2]
+    return qkv.as_strided((qkv.shape[0], num_q, d), (qkv.stride(0), d, 1)) if num_q else None
+
+
+def _no_attention(q, k_cache, v_cache, ctx, scale, own_keys=False):
+    """Stands in for the attention (split and combine): no kernel; o reads q."""
+    return q
+
+
 ABLATIONS = {
     "no_combine": COMBINE,
     "no_split": SPLIT,
     "no_attention": {**SPLIT, **COMBINE},
     "no_rope_attention": {**ROPE, **SPLIT, **COMBINE},
+    "q_as_attention": {(qwen3, "paged_attention"): _no_attention},  # (finite: the tokens stay in range)
+    "raw_q_as_attention": {(qwen3, "paged_attention"): _no_attention, (triton_fused, "qkv_rope_store"): _raw_q},
+    "no_rope": {(triton_fused, "qkv_rope_store"): _raw_q},  # the split waits on qkv itself: what the q/k norm + RoPE folded into the split can gain at most
     "no_norm": NORM,
     "no_short": {**NORM, **ROPE, **SPLIT, **COMBINE},
 }
