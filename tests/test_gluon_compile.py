@@ -108,14 +108,15 @@ def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024
 
 
-def compile_split(pdl=1, iters=4, block_last=False, steps=2):
+def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from sparkdec.ops import gluon_split as gs
 
     consts = {"GROUP": 4, "GROUP_PAD": 4, "SPLIT_N": 128, "FINE_N": 64, "FINE_SPLITS": 32, "PDL": pdl,
-              "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last, "STEPS": steps}
+              "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last, "STEPS": steps,
+              "STORE_DIRECT": store_direct}
     ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i32",
             "len_ptr": "*i32", "lead_ptr": "*i32", "nrow_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
             "first_ptr": "*i64"}
@@ -145,3 +146,12 @@ def test_gluon_split_kernel_compiles_for_sm90(pdl, iters, block_last, steps):
     assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
+
+
+def test_gluon_split_store_direct_skips_the_layout_round_trip():
+    """GLUON_STORE_DIRECT: the partials stored from the accumulator's registers, with fewer barriers and shared memory
+    accesses than the store after a layout conversion, and still no spills (GPU bits: tests/test_gpu.py)."""
+    converted, direct = (compile_split(3, 1, True, 1, sd) for sd in (False, True))
+    assert local_bytes(direct.asm["cubin"]) == 0
+    assert direct.asm["ptx"].count("bar.sync") < converted.asm["ptx"].count("bar.sync")
+    assert direct.asm["ptx"].count("ld.shared") < converted.asm["ptx"].count("ld.shared")

@@ -89,7 +89,8 @@ if AVAILABLE:
                             num_splits, num_heads, num_rows, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr,
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
                             PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
-                            PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS):
+                            PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS,
+                            STORE_DIRECT: gl.constexpr = False):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
@@ -120,7 +121,7 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
@@ -129,7 +130,7 @@ if AVAILABLE:
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
                        FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
                        LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr,
-                       STEPS: gl.constexpr):
+                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
         memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM.
@@ -187,7 +188,7 @@ if AVAILABLE:
             gl.thread_barrier()
             m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L, STEPS)
             _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
-                            split, GROUP, GROUP_PAD, S_L, O_L)
+                            split, GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
         for j in range(1, ITERS):
             split_j = split + j * PROGRAMS
             start_j = _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS)
@@ -195,7 +196,7 @@ if AVAILABLE:
                 _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
                              stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
                              lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
-                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS)
+                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
         if PDL == 1:
             gdc_launch_dependents()
 
@@ -204,7 +205,7 @@ if AVAILABLE:
                      stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq, lens, max_len, kvh,
                      split, start, kpos, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr,
                      FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
-                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr):
+                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """A split after the program's first (after the wait: every key is there): copied into the same buffers
         once every warp's products of the previous split are done, then reduced."""
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
@@ -219,7 +220,7 @@ if AVAILABLE:
         gl.thread_barrier()
         m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L, STEPS)
         _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
-                        GROUP, GROUP_PAD, S_L, O_L)
+                        GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
 
     @gluon.jit
     def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
@@ -252,12 +253,20 @@ if AVAILABLE:
 
     @gluon.jit
     def _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
-                        GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr):
-        """The split's partial softmax state of the live tile rows to the workspace (the Triton kernel's layout)."""
-        ST: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
-        out = gl.convert_layout(acc, ST)
-        i = gl.arange(0, _QR, layout=gl.SliceLayout(1, ST))
-        d = gl.arange(0, _D, layout=gl.SliceLayout(0, ST))
+                        GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr,
+                        STORE_DIRECT: gl.constexpr = False):
+        """The split's partial softmax state of the live tile rows to the workspace (the Triton kernel's layout).
+        STORE_DIRECT: the weighted values stored from the wgmma accumulator's registers, with no layout conversion
+        through shared memory first (the same values: a store moves them, it does not round them)."""
+        if STORE_DIRECT:
+            out = acc
+            i = gl.arange(0, _QR, layout=gl.SliceLayout(1, O_L))
+            d = gl.arange(0, _D, layout=gl.SliceLayout(0, O_L))
+        else:
+            ST: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+            out = gl.convert_layout(acc, ST)
+            i = gl.arange(0, _QR, layout=gl.SliceLayout(1, ST))
+            d = gl.arange(0, _D, layout=gl.SliceLayout(0, ST))
         live = (i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP) & has_block
         base = ((lead + i // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + i % GROUP_PAD) * num_splits + split
         gl.store(acc_ptr + base[:, None] * _D + d[None, :], out, mask=live[:, None])

@@ -69,6 +69,10 @@ GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused 
 # passed). Set by the short graphs sized for their bound (engine/graphs.SHORT_BOUNDS and SHORT_SIZED; session 24: 1k
 # 2.580 -> 2.572/2.577 ms/token sized, sized_ab_h200_2026-12-01_session24.json; under the 40k window it never engages).
 GLUON_ONE_STEP = False
+# (staged, session 28) the Gluon split stores its partial weighted values from the wgmma accumulator's registers, not
+# after a layout conversion through shared memory (the same values; gluon_split._store_partials). A/B: ab_decode.py
+# "store_direct"
+GLUON_STORE_DIRECT = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 # ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
@@ -489,8 +493,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
             ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST,
-            STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS, num_warps=4,
-            **pdl_args("split"))
+            STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS,
+            STORE_DIRECT=GLUON_STORE_DIRECT, num_warps=4, **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
