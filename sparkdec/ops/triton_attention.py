@@ -69,10 +69,10 @@ GLUON_BLOCK_LAST = False  # its grid with the row blocks last: a graph's unused 
 # passed). Set by the short graphs sized for their bound (engine/graphs.SHORT_BOUNDS and SHORT_SIZED; session 24: 1k
 # 2.580 -> 2.572/2.577 ms/token sized, sized_ab_h200_2026-12-01_session24.json; under the 40k window it never engages).
 GLUON_ONE_STEP = False
-# (staged, session 28) the Gluon split stores its partial weighted values from the wgmma accumulator's registers, not
-# after a layout conversion through shared memory (the same values; gluon_split._store_partials). A/B: ab_decode.py
-# "store_direct"
-GLUON_STORE_DIRECT = False
+# the Gluon split stores its partial weighted values from the wgmma accumulator's registers, not after a layout
+# conversion through shared memory (the same values; gluon_split._store_partials): 4B decode at 1k 2.498 -> 2.469-2.476
+# ms/token, 8-row replay -1.1%, the same tokens (store_direct_ab_h200_2026-12-01_session28.json)
+GLUON_STORE_DIRECT = True
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 # ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
