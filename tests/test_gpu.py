@@ -794,7 +794,7 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last, 
 def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
     """GLUON_ONE_STEP (a window of at most FINE_END keys: every split one 64-key step, buffers for one step): each lone
     row of the attention case, in a 1280-key window as the short graph runs it, gets the Triton split's bits (also with
-    GLUON_STORE_DIRECT), and the kernel was launched with STEPS=1."""
+    GLUON_STORE_DIRECT and GLUON_LEAN_MERGE), and the kernel was launched with STEPS=1."""
     import sparkdec.ops.triton_attention as ta
 
     if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
@@ -816,9 +816,11 @@ def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
         monkeypatch.setattr(ta, "GLUON_SPLIT", False)
         want = ta.triton_paged_attention(*one)
         monkeypatch.setattr(ta, "GLUON_SPLIT", True)
-        for one_step, direct in ((False, False), (True, False), (True, True)):
+        for one_step, direct, lean in ((False, False, False), (True, False, False), (True, True, False),
+                                       (True, True, True), (False, True, True)):
             monkeypatch.setattr(ta, "GLUON_ONE_STEP", one_step)
             monkeypatch.setattr(ta, "GLUON_STORE_DIRECT", direct)
+            monkeypatch.setattr(ta, "GLUON_LEAN_MERGE", lean)
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want), r
     assert 1 in steps and 2 in steps
 

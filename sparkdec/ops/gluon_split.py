@@ -78,10 +78,17 @@ if AVAILABLE:
                 gl.load(v_ptr + off, mask=new[:, None], other=0.0))
 
     @gluon.jit
-    def _store_over(k_dst, v_dst, k_new, v_new, new, LD: gl.constexpr):
-        """The new rows written over the copies made before the wait (the copies already landed)."""
-        k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
-        v_dst.store(gl.where(new[:, None], v_new, v_dst.load(LD)))
+    def _store_over(k_dst, v_dst, k_new, v_new, new, LD: gl.constexpr, LEAN: gl.constexpr = False):
+        """The new rows written over the copies made before the wait (the copies already landed). LEAN: both tiles
+        read before either is written (one barrier between, not two)."""
+        if LEAN:
+            k_old = k_dst.load(LD)
+            v_old = v_dst.load(LD)
+            k_dst.store(gl.where(new[:, None], k_new, k_old))
+            v_dst.store(gl.where(new[:, None], v_new, v_old))
+        else:
+            k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
+            v_dst.store(gl.where(new[:, None], v_new, v_dst.load(LD)))
 
     @gluon.jit
     def _gluon_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr,
@@ -90,7 +97,7 @@ if AVAILABLE:
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
                             PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
                             PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS,
-                            STORE_DIRECT: gl.constexpr = False):
+                            STORE_DIRECT: gl.constexpr = False, LEAN_MERGE: gl.constexpr = False):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
@@ -121,7 +128,8 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT,
+                           LEAN_MERGE)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
@@ -130,7 +138,7 @@ if AVAILABLE:
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
                        FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
                        LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr,
-                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
+                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr, LEAN_MERGE: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
         memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM.
@@ -178,12 +186,13 @@ if AVAILABLE:
         q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
         q_op.store(q)
         async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
-        gl.thread_barrier()
+        if not LEAN_MERGE:  # (LEAN_MERGE: each thread rewrites only what it copied itself, in the copies' layout LD,
+            gl.thread_barrier()  # so it needs no barrier; the one before the products covers the query tile)
         if start0 < max_len:
             if fresh:
-                _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD)
+                _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD, LEAN_MERGE)
                 if STEPS > 1:
-                    _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
+                    _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD, LEAN_MERGE)
             fence_async_shared()
             gl.thread_barrier()
             m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L, STEPS)
