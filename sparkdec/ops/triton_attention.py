@@ -76,6 +76,10 @@ GLUON_STORE_DIRECT = True
 # (staged, session 28) the Gluon split merges the rows its forward wrote into its copies with one barrier less and none
 # after the copies' wait (each thread rewrites what it copied; gluon_split._store_over). A/B: ab_decode.py "lean_merge"
 GLUON_LEAN_MERGE = False
+# (staged, session 29) the Gluon split's programs that walk several splits (ITERS > 1: a graph sized for a long window)
+# copy each later split while reducing the one before (a second buffer set: gluon_split._piped_split). A/B: ab_decode.py
+# "gluon_pipe*" (the Gluon split at long contexts, off since session 16 for its unpipelined later splits)
+GLUON_PIPE = False
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 # ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
@@ -497,7 +501,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
             ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST,
             STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS,
-            STORE_DIRECT=GLUON_STORE_DIRECT, LEAN_MERGE=GLUON_LEAN_MERGE, num_warps=4, **pdl_args("split"))
+            STORE_DIRECT=GLUON_STORE_DIRECT, LEAN_MERGE=GLUON_LEAN_MERGE, PIPE=GLUON_PIPE, num_warps=4, **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
