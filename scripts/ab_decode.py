@@ -326,11 +326,6 @@ VARIANTS["short_t124"] = {(graphs, "SHORT_TIERS"): (1, 2, 4)}
 VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (session 24) 8 rows with the sized graphs, every bound: 8-row replay at 1k 2.796/2.794 -> 2.734/2.740 ms
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
-VARIANTS["lean_merge"] = {(triton_attention, "GLUON_LEAN_MERGE"): True}  # (session 28)
-# (session 29) the Gluon split past the short graphs (long contexts), its later splits copied one ahead or not
-for _p in (16, 32, 64):
-    VARIANTS[f"gluon{_p}"] = {(triton_attention, "GLUON_SPLIT"): True, (triton_attention, "GLUON_PROGRAMS"): _p}
-    VARIANTS[f"gluon_pipe{_p}"] = {**VARIANTS[f"gluon{_p}"], (triton_attention, "GLUON_PIPE"): True}
 VARIANTS["store_direct"] = {(triton_attention, "GLUON_STORE_DIRECT"): True}  # (session 28)
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}
 VARIANTS["short_t1"] = {(graphs, "SHORT_TIERS"): (1,)}

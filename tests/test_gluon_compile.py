@@ -5,8 +5,6 @@ triton 3.6 (the H200 image's); other versions skip.
 """
 from __future__ import annotations
 
-import re
-
 import pytest
 from cubin_usage import resource_usage
 
@@ -110,7 +108,7 @@ def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024
 
 
-def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False, lean_merge=False, pipe=False):
+def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -118,7 +116,7 @@ def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False,
 
     consts = {"GROUP": 4, "GROUP_PAD": 4, "SPLIT_N": 128, "FINE_N": 64, "FINE_SPLITS": 32, "PDL": pdl,
               "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last, "STEPS": steps,
-              "STORE_DIRECT": store_direct, "LEAN_MERGE": lean_merge, "PIPE": pipe}
+              "STORE_DIRECT": store_direct}
     ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i32",
             "len_ptr": "*i32", "lead_ptr": "*i32", "nrow_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
             "first_ptr": "*i64"}
@@ -157,21 +155,3 @@ def test_gluon_split_store_direct_skips_the_layout_round_trip():
     assert local_bytes(direct.asm["cubin"]) == 0
     assert direct.asm["ptx"].count("bar.sync") < converted.asm["ptx"].count("bar.sync")
     assert direct.asm["ptx"].count("ld.shared") < converted.asm["ptx"].count("ld.shared")
-
-
-def test_gluon_split_lean_merge_has_fewer_barriers():
-    """GLUON_LEAN_MERGE: the new rows merged into the copies with fewer barriers, no spills (GPU bits: test_gpu.py)."""
-    plain, lean = (compile_split(3, 1, True, 1, True, lm) for lm in (False, True))
-    assert local_bytes(lean.asm["cubin"]) == 0
-    assert lean.asm["ptx"].count("bar.sync") < plain.asm["ptx"].count("bar.sync")
-
-
-def test_gluon_split_pipe_keeps_two_buffer_sets_and_fits_one_program_per_sm():
-    """GLUON_PIPE: a program walking several splits copies the next one while reducing this one: two buffer sets of
-    two steps (one program per SM), three commit groups' waits, no spills (GPU bits: tests/test_gpu.py)."""
-    plain, piped = (compile_split(1, 8, False, 2, True, False, p) for p in (False, True))
-    assert local_bytes(piped.asm["cubin"]) <= 256  # (168 bytes of stack at iters 8 with triton 3.6; the plain form 96)
-    assert piped.metadata.shared >= plain.metadata.shared + 64 * 1024
-    assert piped.metadata.shared <= 227 * 1024
-    waits = [set(re.findall(r"cp\.async\.wait_group\s+(\d)", k.asm["ptx"])) for k in (plain, piped)]
-    assert waits == [{"0"}, {"0", "1"}]

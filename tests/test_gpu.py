@@ -759,17 +759,15 @@ def test_split_register_cap_keeps_the_bits(cap, monkeypatch):
     assert torch.equal(ta.triton_paged_attention(*args), want[1])
 
 
-@pytest.mark.parametrize("hq,hkv,programs,block_last,direct,pipe", [
-    (32, 8, 32, False, False, False), (16, 8, 32, False, False, False), (8, 8, 32, False, False, False),
-    (32, 8, 2, True, False, False), (32, 8, 32, False, True, False), (16, 8, 2, True, True, False),
-    (32, 8, 2, False, True, True), (16, 8, 4, True, True, True), (8, 8, 8, False, True, True)])
-def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last, direct, pipe):
+@pytest.mark.parametrize("hq,hkv,programs,block_last,direct", [
+    (32, 8, 32, False, False), (16, 8, 32, False, False), (8, 8, 32, False, False), (32, 8, 2, True, False),
+    (32, 8, 32, False, True), (16, 8, 2, True, True)])
+def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last, direct):
     """The Gluon split kernel (ops/gluon_split.py, keys copied before the PDL wait) against the Triton split kernel:
     the same output bits for rows alone and rows in blocks (a 40-row sequence: blocks that continue one), fine and
     coarse splits, query groups of 4, 2 and 1; with 2 programs per (block, kv head) each program walks many splits
-    (and the grid puts the row blocks last). direct: GLUON_STORE_DIRECT (partials stored from the accumulator). pipe:
-    GLUON_PIPE (each later split copied while the one before is reduced). (No writer races the copies here: see the
-    decoding test.)"""
+    (and the grid puts the row blocks last). direct: GLUON_STORE_DIRECT (partials stored from the accumulator).
+    (No writer races the copies here: see the decoding test.)"""
     import sparkdec.ops.triton_attention as ta
 
     ps, d = 16, 128
@@ -777,10 +775,10 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last, 
     args = (q, kc, vc, ctx.block_tables, ctx.row_seq, ctx.row_kv_len, ps, ctx.max_kv_len, d ** -0.5)
     blocks = dict(blocks=(ctx.block_lead, ctx.block_rows))
     want = ta.triton_paged_attention(*args, **blocks)
-    saved = ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST, ta.GLUON_STORE_DIRECT, ta.GLUON_PIPE
+    saved = ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST, ta.GLUON_STORE_DIRECT
     try:
         ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST = True, programs, block_last
-        ta.GLUON_STORE_DIRECT, ta.GLUON_PIPE = direct, pipe
+        ta.GLUON_STORE_DIRECT = direct
         group_pad = hq // hkv
         assert ta.gluon_split.supports(q, kc, vc, group_pad, ta.QUERY_TILE // group_pad, 1)
         got = ta.triton_paged_attention(*args, **blocks, first_written=ctx.positions)
@@ -790,13 +788,13 @@ def test_gluon_split_gives_the_triton_split_bits(hq, hkv, programs, block_last, 
                    ctx.max_kv_len, d ** -0.5)
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want[r:r + 1])
     finally:
-        ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST, ta.GLUON_STORE_DIRECT, ta.GLUON_PIPE = saved
+        ta.GLUON_SPLIT, ta.GLUON_PROGRAMS, ta.GLUON_BLOCK_LAST, ta.GLUON_STORE_DIRECT = saved
 
 
 def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
     """GLUON_ONE_STEP (a window of at most FINE_END keys: every split one 64-key step, buffers for one step): each lone
     row of the attention case, in a 1280-key window as the short graph runs it, gets the Triton split's bits (also with
-    GLUON_STORE_DIRECT and GLUON_LEAN_MERGE), and the kernel was launched with STEPS=1."""
+    GLUON_STORE_DIRECT), and the kernel was launched with STEPS=1."""
     import sparkdec.ops.triton_attention as ta
 
     if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
@@ -818,18 +816,15 @@ def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
         monkeypatch.setattr(ta, "GLUON_SPLIT", False)
         want = ta.triton_paged_attention(*one)
         monkeypatch.setattr(ta, "GLUON_SPLIT", True)
-        for one_step, direct, lean in ((False, False, False), (True, False, False), (True, True, False),
-                                       (True, True, True), (False, True, True)):
+        for one_step, direct in ((False, False), (True, False), (True, True)):
             monkeypatch.setattr(ta, "GLUON_ONE_STEP", one_step)
             monkeypatch.setattr(ta, "GLUON_STORE_DIRECT", direct)
-            monkeypatch.setattr(ta, "GLUON_LEAN_MERGE", lean)
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want), r
     assert 1 in steps and 2 in steps
 
 
-@pytest.mark.parametrize("prefill_kernel,block_last,pipe", [(True, False, False), (False, True, False),
-                                                         (True, False, True)])
-def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last, pipe):
+@pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])
+def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last):
     """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward
     writes are loaded after the wait), gives the Triton split's tokens, through graphs and eager. Without the prefill
     kernel, prompt chunks of 20 and 35 tokens take the split kernel too: blocks that continue a sequence."""
@@ -845,9 +840,6 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     want = [o.token_ids for o in LLM(model=str(model), device="cuda", dtype="bfloat16").generate(prompts, params)]
     monkeypatch.setattr(ta, "GLUON_SPLIT", True)
     monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", block_last)  # (the grid's row blocks last)
-    if pipe:  # 8 programs per (block, kv head) walk the window's 64 splits, each copied while the one before reduces
-        monkeypatch.setattr(ta, "GLUON_PIPE", True)
-        monkeypatch.setattr(ta, "GLUON_PROGRAMS", 8)
     ran = []
     supports = ta.gluon_split.supports
     monkeypatch.setattr(ta.gluon_split, "supports", lambda *a: ran.append(supports(*a)) or ran[-1])

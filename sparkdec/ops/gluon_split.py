@@ -78,17 +78,10 @@ if AVAILABLE:
                 gl.load(v_ptr + off, mask=new[:, None], other=0.0))
 
     @gluon.jit
-    def _store_over(k_dst, v_dst, k_new, v_new, new, LD: gl.constexpr, LEAN: gl.constexpr = False):
-        """The new rows written over the copies made before the wait (the copies already landed). LEAN: both tiles
-        read before either is written (one barrier between, not two)."""
-        if LEAN:
-            k_old = k_dst.load(LD)
-            v_old = v_dst.load(LD)
-            k_dst.store(gl.where(new[:, None], k_new, k_old))
-            v_dst.store(gl.where(new[:, None], v_new, v_old))
-        else:
-            k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
-            v_dst.store(gl.where(new[:, None], v_new, v_dst.load(LD)))
+    def _store_over(k_dst, v_dst, k_new, v_new, new, LD: gl.constexpr):
+        """The new rows written over the copies made before the wait (the copies already landed)."""
+        k_dst.store(gl.where(new[:, None], k_new, k_dst.load(LD)))
+        v_dst.store(gl.where(new[:, None], v_new, v_dst.load(LD)))
 
     @gluon.jit
     def _gluon_split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, len_ptr, lead_ptr, nrow_ptr, acc_ptr, ml_ptr,
@@ -97,8 +90,7 @@ if AVAILABLE:
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
                             PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
                             PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS,
-                            STORE_DIRECT: gl.constexpr = False, LEAN_MERGE: gl.constexpr = False,
-                            PIPE: gl.constexpr = False):
+                            STORE_DIRECT: gl.constexpr = False):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
@@ -129,8 +121,7 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT,
-                           LEAN_MERGE, PIPE)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
@@ -139,20 +130,14 @@ if AVAILABLE:
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
                        FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
                        LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr,
-                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr, LEAN_MERGE: gl.constexpr,
-                       PIPE: gl.constexpr):
+                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
         memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM.
-        STEPS 1 (every split a fine one, of one step): buffers for one step, 48 KB. PIPE (with ITERS > 1): a second
-        set of buffers, so that each later split's copies are in flight while the split before it is reduced."""
+        STEPS 1 (every split a fine one, of one step): buffers for one step, 48 KB."""
         SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
         k_smem = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
         v_smem = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
-        PIPED: gl.constexpr = PIPE and ITERS > 1
-        if PIPED:
-            k_next = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
-            v_next = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
         # keys this forward writes: from the block's first row's position on (first_written: the rows' own
         # positions), and every key of the sequence where the block continues one that started rows before it (a
         # sequence's rows come in blocks of at most BLOCK_ROWS): nothing is copied before the wait then
@@ -192,91 +177,28 @@ if AVAILABLE:
         k_new1, v_new1 = _load_new(k_ptr, v_ptr, slot1, new1, kvh, stride_ks, stride_kh, LD)
         q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
         q_op.store(q)
-        if PIPED:  # the second split's copies start now, into the other buffers (every key is there after the wait)
-            _copy_split(k_ptr, v_ptr, bt_ptr, k_next, v_next, seq, max_len, kvh, split + PROGRAMS, kpos, stride_ks,
-                        stride_kh, stride_bt, page_size, SPLIT_N, FINE_N, FINE_SPLITS, LD, STEPS)
-            async_copy.wait_group(1)  # the first split's copies have landed (the second's may still be in flight)
-        else:
-            async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
-        if not LEAN_MERGE:  # (LEAN_MERGE: each thread rewrites only what it copied itself, in the copies' layout LD,
-            gl.thread_barrier()  # so it needs no barrier; the one before the products covers the query tile)
+        async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
+        gl.thread_barrier()
         if start0 < max_len:
             if fresh:
-                _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD, LEAN_MERGE)
+                _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD)
                 if STEPS > 1:
-                    _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD, LEAN_MERGE)
+                    _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
             fence_async_shared()
             gl.thread_barrier()
             m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L, STEPS)
             _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
                             split, GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
-        if PIPED:
-            for j in range(1, ITERS):  # split j from one buffer set while split j + 1 is copied into the other
-                split_j = split + j * PROGRAMS
-                if _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS) < max_len:
-                    if j % 2 == 1:
-                        _piped_split(q_op, k_ptr, v_ptr, bt_ptr, k_next, v_next, k_smem, v_smem, acc_ptr, ml_ptr,
-                                     scale, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
-                                     n_rows, has_block, seq, lens, max_len, kvh, split_j, kpos, j + 1 < ITERS,
-                                     PROGRAMS, GROUP, GROUP_PAD, SPLIT_N, FINE_N, FINE_SPLITS, LD, S_L, O_L, P_L,
-                                     STEPS, STORE_DIRECT)
-                    else:
-                        _piped_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, k_next, v_next, acc_ptr, ml_ptr,
-                                     scale, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
-                                     n_rows, has_block, seq, lens, max_len, kvh, split_j, kpos, j + 1 < ITERS,
-                                     PROGRAMS, GROUP, GROUP_PAD, SPLIT_N, FINE_N, FINE_SPLITS, LD, S_L, O_L, P_L,
-                                     STEPS, STORE_DIRECT)
-            async_copy.wait_group(0)  # (no copy may land after the program ends)
-        else:
-            for j in range(1, ITERS):
-                split_j = split + j * PROGRAMS
-                start_j = _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS)
-                if start_j < max_len:
-                    _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
-                                 stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
-                                 lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
-                                 FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
+        for j in range(1, ITERS):
+            split_j = split + j * PROGRAMS
+            start_j = _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS)
+            if start_j < max_len:
+                _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
+                             stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
+                             lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
+                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
         if PDL == 1:
             gdc_launch_dependents()
-
-    @gluon.jit
-    def _copy_split(k_ptr, v_ptr, bt_ptr, k_dst, v_dst, seq, max_len, kvh, split, kpos, stride_ks, stride_kh, stride_bt,
-                    page_size, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
-                    LD: gl.constexpr, STEPS: gl.constexpr):
-        """cp.async of every key and value of a split (after the wait), as one commit group (an empty one where the
-        split holds no key)."""
-        start = _split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
-        if start < max_len:
-            steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
-            for i in gl.static_range(STEPS):
-                pos = start + i * _BLOCK + kpos
-                _copy_keys(k_ptr, v_ptr, bt_ptr, k_dst.index(i), v_dst.index(i), seq, pos, (pos < max_len) & (i < steps),
-                           kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
-        async_copy.commit_group()
-
-    @gluon.jit
-    def _piped_split(q_op, k_ptr, v_ptr, bt_ptr, k_cur, v_cur, k_nxt, v_nxt, acc_ptr, ml_ptr, scale, stride_ks,
-                     stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq, lens, max_len,
-                     kvh, split, kpos, more, PROGRAMS: gl.constexpr, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr,
-                     SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr, LD: gl.constexpr,
-                     S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr,
-                     STORE_DIRECT: gl.constexpr):
-        """A later split reduced from k_cur/v_cur (its copies issued one split earlier), once the next split's copies
-        into k_nxt/v_nxt (the previous split's buffers, free once every warp's products are done) are in flight."""
-        gl.thread_barrier()
-        if more:
-            _copy_split(k_ptr, v_ptr, bt_ptr, k_nxt, v_nxt, seq, max_len, kvh, split + PROGRAMS, kpos, stride_ks,
-                        stride_kh, stride_bt, page_size, SPLIT_N, FINE_N, FINE_SPLITS, LD, STEPS)
-        else:
-            async_copy.commit_group()
-        async_copy.wait_group(1)
-        fence_async_shared()
-        gl.thread_barrier()
-        start = _split_start(split, SPLIT_N, FINE_N, FINE_SPLITS)
-        steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
-        m_i, l_i, acc = _attend_split(q_op, k_cur, v_cur, lens, start, steps, scale, S_L, O_L, P_L, STEPS)
-        _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
-                        GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
 
     @gluon.jit
     def _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks, stride_kh,
