@@ -14,7 +14,9 @@
 # code in 9c7b25a; ahead_ab_*_session27.json), and qkv at 32-row Gluon tiles (mma.sync: same bits, slower, removed;
 # code in 952e554; bn32_ab_*_session27.json). Session 28 ran scripts/ab_ablate.py (the attention chain costs 4.8 us a
 # layer at 1k: attention_ablation_*), a cluster split + combine probe (no gain: cluster_chain_probe_*) and the bench
-# alone (kernels_*_session28.json). Next: 1 and 25 after any change (the end run).
+# alone (kernels_*_session28.json). Session 29 ran the lean-merge A/B (equal, removed), a pipelined Gluon split at 8k
+# (much slower, removed; code in 45fdb03), the end run's core GPU tests (16) and the 4B bench (kernels_*_session29.json),
+# and two settings A/Bs (retune_ab_*, long_programs_ab_*). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
