@@ -327,6 +327,7 @@ VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (session 24) 8 rows with the sized graphs, every bound: 8-row replay at 1k 2.796/2.794 -> 2.734/2.740 ms
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
 VARIANTS["store_direct"] = {(triton_attention, "GLUON_STORE_DIRECT"): True}  # (session 28)
+VARIANTS["swap"] = {(triton_attention, "GLUON_SWAP"): True}  # (session 30) the swapped Gluon split for 1-2 rows
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}
 VARIANTS["short_t1"] = {(graphs, "SHORT_TIERS"): (1,)}
 # (staged for session 25) the 4B qkv product at split-K 2 (192 programs on all SMs rather than 96: other bits, so list

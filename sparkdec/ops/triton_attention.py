@@ -73,6 +73,10 @@ GLUON_ONE_STEP = False
 # conversion through shared memory (the same values; gluon_split._store_partials): 4B decode at 1k 2.498 -> 2.469-2.476
 # ms/token, 8-row replay -1.1%, the same tokens (store_direct_ab_h200_2026-12-01_session28.json)
 GLUON_STORE_DIRECT = True
+# the Gluon split in its swapped form where every row block's query rows fit QN (a lone decode row: 4 of the 64-row
+# tile's rows live): keys as wgmma's 64 rows, S^T [64 keys, 8 rows], the row sums in the 64-row tile's order, so the
+# same bits with an eighth of the products and exponentials (gluon_split._attend_swapped). Staged, off (session 30).
+GLUON_SWAP = False
 # (measured, not kept) session 28's new-row merge with one barrier less (GLUON_LEAN_MERGE): 4B decode at 1k equal,
 # 2.500/2.493 -> 2.503/2.492 ms/token (lean_merge_ab_h200_2026-12-01_session29.json; code in 427688a). Session 29: the
 # Gluon split past the short graphs with each later split copied while the one before is reduced (GLUON_PIPE, two
@@ -500,7 +504,8 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
             ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST,
             STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS,
-            STORE_DIRECT=GLUON_STORE_DIRECT, num_warps=4, **pdl_args("split"))
+            STORE_DIRECT=GLUON_STORE_DIRECT, SWAP=GLUON_SWAP and t * group_pad <= gluon_split.QN, num_warps=4,
+            **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
