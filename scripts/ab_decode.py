@@ -327,12 +327,8 @@ VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (session 24) 8 rows with the sized graphs, every bound: 8-row replay at 1k 2.796/2.794 -> 2.734/2.740 ms
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
 VARIANTS["store_direct"] = {(triton_attention, "GLUON_STORE_DIRECT"): True}  # (session 28)
-VARIANTS["swap"] = {(triton_attention, "GLUON_SWAP"): True}  # (session 30) the swapped Gluon split for 1-2 rows
-# (session 30) o at split-K 16 with a 2-stage ring (36 KB a program, other bits): five fit on an SM beside a split
-# program of at most 42 KB (the swapped split's 35 KB, not the 64-row tile's 48), so every o program is resident and
-# holds its whole weight slice before its wait
-VARIANTS["o16"] = VARIANTS["o_s16"]
-VARIANTS["swap_o16"] = {**VARIANTS["o_s16"], **VARIANTS["swap"]}
+# (session 30: the swapped Gluon split, "swap", slower and removed, code in c86fb9e; o_s16 beside it, "swap_o16", and
+# alone much slower: o16_ab_h200_2026-12-02_session30.json)
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}
 VARIANTS["short_t1"] = {(graphs, "SHORT_TIERS"): (1,)}
 # (staged for session 25) the 4B qkv product at split-K 2 (192 programs on all SMs rather than 96: other bits, so list

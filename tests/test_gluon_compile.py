@@ -108,7 +108,7 @@ def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024
 
 
-def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False, swap=False):
+def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -116,7 +116,7 @@ def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False,
 
     consts = {"GROUP": 4, "GROUP_PAD": 4, "SPLIT_N": 128, "FINE_N": 64, "FINE_SPLITS": 32, "PDL": pdl,
               "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last, "STEPS": steps,
-              "STORE_DIRECT": store_direct, "SWAP": swap}
+              "STORE_DIRECT": store_direct}
     ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i32",
             "len_ptr": "*i32", "lead_ptr": "*i32", "nrow_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
             "first_ptr": "*i64"}
@@ -146,19 +146,6 @@ def test_gluon_split_kernel_compiles_for_sm90(pdl, iters, block_last, steps):
     assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
-
-
-@pytest.mark.parametrize("iters,steps", [(1, 1), (4, 2)])
-def test_gluon_swapped_split_compiles_for_sm90(iters, steps):
-    """GLUON_SWAP (gluon_split._attend_swapped): S^T and O^T by wgmma m64n8k16 (keys, then head dims, as the 64 rows;
-    V^T read transposed from shared memory), no spills, less shared memory than the 64-row tile's one-step form."""
-    kernel = compile_split(3, iters, True, steps, True, swap=True)
-    assert local_bytes(kernel.asm["cubin"]) <= (0 if iters == 1 else 40)
-    assert steps == 2 or kernel.metadata.shared < 48 * 1024
-    ptx = kernel.asm["ptx"]
-    assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
-    assert "m64n64k16" not in ptx and "m64n128k16" not in ptx
-    assert "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16" in ptx
 
 
 def test_gluon_split_store_direct_skips_the_layout_round_trip():

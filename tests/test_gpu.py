@@ -823,47 +823,6 @@ def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
     assert 1 in steps and 2 in steps
 
 
-@pytest.mark.parametrize("hq,hkv,window", [(32, 8, 1280), (32, 8, None), (16, 8, 1280), (8, 8, None)])
-def test_gluon_swapped_split_gives_the_triton_split_bits(hq, hkv, window, monkeypatch):
-    """GLUON_SWAP (ops/gluon_split._attend_swapped: keys as wgmma's 64 rows, a lone row's query heads as its N, the
-    row sums in the 64-row tile's order): each lone row of the attention case, and two rows of one sequence in a
-    block, get the Triton split's bits; in a 1280-key window (one-step buffers, as the short graph runs it) and in the
-    case's whole window (coarse splits, two programs each walking many); the swapped form did launch."""
-    import sparkdec.ops.triton_attention as ta
-
-    if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
-    ps, d = 16, 128
-    q, kc, vc, ctx = _attention_case(hq, hkv)
-    window = window or ctx.max_kv_len
-    kernel, swapped = ta.gluon_split._gluon_split_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: swapped.append(kw["SWAP"]) or kernel[grid](*a, **kw)
-
-    monkeypatch.setattr(ta.gluon_split, "_gluon_split_kernel", Spy())
-    monkeypatch.setattr(ta, "GLUON_PROGRAMS", 32 if window == 1280 else 2)
-    monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", True)
-    monkeypatch.setattr(ta, "GLUON_ONE_STEP", window == 1280)
-    cases = [(r, 1) for r in range(ctx.num_tokens) if int(ctx.row_kv_len[r]) <= window]
-    cases += [(r, 2) for r in range(ctx.num_tokens - 1) if int(ctx.row_kv_len[r + 1]) <= window
-              and int(ctx.row_seq[r]) == int(ctx.row_seq[r + 1])][::3]
-    assert any(n == 2 for _, n in cases)
-    for r, n in cases:
-        rows = slice(r, r + n)
-        one = (q[rows], kc, vc, ctx.block_tables, ctx.row_seq[rows], ctx.row_kv_len[rows], ps, window, d ** -0.5)
-        blocks = dict(blocks=(torch.zeros(1, dtype=torch.int32, device="cuda"),
-                              torch.full((1, ), n, dtype=torch.int32, device="cuda")))
-        monkeypatch.setattr(ta, "GLUON_SPLIT", False)
-        want = ta.triton_paged_attention(*one, **blocks)
-        monkeypatch.setattr(ta, "GLUON_SPLIT", True)
-        monkeypatch.setattr(ta, "GLUON_SWAP", True)
-        assert torch.equal(ta.triton_paged_attention(*one, **blocks, first_written=ctx.positions[rows]), want), (r, n)
-        monkeypatch.setattr(ta, "GLUON_SWAP", False)
-    assert all(swapped) and len(swapped) == len(cases)
-
-
 @pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])
 def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last):
     """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward
@@ -890,17 +849,14 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     assert any(ran)  # the Gluon kernel did run
 
 
-@pytest.mark.parametrize("swap", [False, True])
-def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch, swap):
+def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch):
     """The shipped short graphs (engine/graphs.SHORT_BOUNDS: the Gluon split up to 1280 keys) give a lone row eager
-    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run.
-    swap: with GLUON_SWAP on (the swapped form in the lone row's graphs)."""
+    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run."""
     import sparkdec.ops.triton_attention as ta
     from sparkdec.engine import graphs
 
     if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
-    monkeypatch.setattr(ta, "GLUON_SWAP", swap)
     assert any(s.get("GLUON_SPLIT") for _, s in graphs.SHORT_BOUNDS)
     model = make_target(tmp_path / "g128", vocab_size=509, hidden_size=256, intermediate_size=512,
                         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,

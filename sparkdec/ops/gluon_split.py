@@ -34,10 +34,9 @@ QR = 64  # query rows per tile (rows x heads of the kv group): the Triton kernel
 D = 128  # head dim
 BLOCK = 64  # keys per step: triton_attention.SPLIT_BLOCK_N
 MAX_STEPS = 2  # steps of the longest split (SPLIT // BLOCK; the loads after the wait are written out for 2)
-QN = 8  # query rows per tile in the swapped form (SWAP: the live rows of a lone decode row's kv group, padded to 8)
 
 if AVAILABLE:
-    _QR, _D, _BLOCK, _MAX_STEPS, _QN = (gl.constexpr(v) for v in (QR, D, BLOCK, MAX_STEPS, QN))  # the same, for the kernels
+    _QR, _D, _BLOCK, _MAX_STEPS = (gl.constexpr(v) for v in (QR, D, BLOCK, MAX_STEPS))  # the same, for the kernels
 
     @gluon.jit
     def _split_start(split, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr):
@@ -91,16 +90,12 @@ if AVAILABLE:
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
                             PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
                             PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS,
-                            STORE_DIRECT: gl.constexpr = False, SWAP: gl.constexpr = False):
+                            STORE_DIRECT: gl.constexpr = False):
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, _BLOCK, 16])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _D, 16])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
-        # the softmax's [rows, keys] layout: S's accumulator's, or in the swapped form one whose rows reduce over the
-        # keys in the same order (each lane the keys 8j + 2q, 8j + 2q + 1 in j order, then lanes q xor 2, xor 1)
-        R_L: gl.constexpr = gl.BlockedLayout([1, 2], [8, 4], [4, 1], [1, 0]) if SWAP else S_L
-        TILE: gl.constexpr = _QN if SWAP else _QR
         if PDL == 3:  # the next kernel may launch at once (its own wait still waits for this whole grid)
             gdc_launch_dependents()
         kvh = gl.program_id(1)
@@ -115,7 +110,7 @@ if AVAILABLE:
         n_rows = gl.minimum(gl.load(nrow_ptr + blk), num_rows - lead)
         has_block = (lead >= 0) & (lead < num_rows)
         seq = gl.load(seq_ptr + gl.maximum(lead, 0))
-        si = gl.arange(0, TILE, layout=gl.SliceLayout(1, R_L))  # the softmax's rows
+        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))  # the softmax's rows, in the S accumulator's layout
         s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
         lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
         max_len = gl.max(lens, 0)
@@ -126,8 +121,7 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT, SWAP,
-                           R_L, TILE)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
@@ -136,8 +130,7 @@ if AVAILABLE:
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
                        FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
                        LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr,
-                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr, SWAP: gl.constexpr, R_L: gl.constexpr,
-                       TILE: gl.constexpr):
+                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
         memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM.
@@ -171,9 +164,8 @@ if AVAILABLE:
             if PDL == 2:
                 gdc_launch_dependents()
         # the query tile: row i is (row lead + i // GROUP_PAD, head kvh * GROUP + i % GROUP_PAD)
-        Q_L: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]) if SWAP else LD  # [TILE, D]
-        qi = gl.arange(0, TILE, layout=gl.SliceLayout(1, Q_L))
-        qd = gl.arange(0, _D, layout=gl.SliceLayout(0, Q_L))
+        qi = gl.arange(0, _QR, layout=gl.SliceLayout(1, LD))
+        qd = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
         q_live = (qi // GROUP_PAD < n_rows) & (qi % GROUP_PAD < GROUP) & has_block
         q_row = lead + qi // GROUP_PAD
         q_head = kvh * GROUP + qi % GROUP_PAD
@@ -183,8 +175,7 @@ if AVAILABLE:
         # two; their slots were read before it); only a split holding some loads anything
         k_new0, v_new0 = _load_new(k_ptr, v_ptr, slot0, new0, kvh, stride_ks, stride_kh, LD)
         k_new1, v_new1 = _load_new(k_ptr, v_ptr, slot1, new1, kvh, stride_ks, stride_kh, LD)
-        q_op = gl.allocate_shared_memory(gl.bfloat16, [TILE, _D], gl.NVMMASharedLayout.get_default_for([TILE, _D],
-                                                                                                    gl.bfloat16))
+        q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
         q_op.store(q)
         async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
         gl.thread_barrier()
@@ -195,9 +186,9 @@ if AVAILABLE:
                     _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
             fence_async_shared()
             gl.thread_barrier()
-            _reduce_split(q_op, k_smem, v_smem, lens, start0, steps, scale, acc_ptr, ml_ptr, lead, n_rows, has_block,
-                          kvh, num_heads, num_splits, split, GROUP, GROUP_PAD, S_L, O_L, P_L, STEPS, STORE_DIRECT,
-                          SWAP, R_L)
+            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L, STEPS)
+            _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
+                            split, GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
         for j in range(1, ITERS):
             split_j = split + j * PROGRAMS
             start_j = _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS)
@@ -205,7 +196,7 @@ if AVAILABLE:
                 _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
                              stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
                              lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
-                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT, SWAP, R_L)
+                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
         if PDL == 1:
             gdc_launch_dependents()
 
@@ -214,8 +205,7 @@ if AVAILABLE:
                      stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq, lens, max_len, kvh,
                      split, start, kpos, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr,
                      FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
-                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr,
-                     SWAP: gl.constexpr, R_L: gl.constexpr):
+                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """A split after the program's first (after the wait: every key is there): copied into the same buffers
         once every warp's products of the previous split are done, then reduced."""
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
@@ -228,23 +218,9 @@ if AVAILABLE:
         async_copy.wait_group(0)
         fence_async_shared()
         gl.thread_barrier()
-        _reduce_split(q_op, k_smem, v_smem, lens, start, steps, scale, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh,
-                      num_heads, num_splits, split, GROUP, GROUP_PAD, S_L, O_L, P_L, STEPS, STORE_DIRECT, SWAP, R_L)
-
-    @gluon.jit
-    def _reduce_split(q_op, k_smem, v_smem, lens, start, steps, scale, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh,
-                      num_heads, num_splits, split, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, S_L: gl.constexpr,
-                      O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr,
-                      SWAP: gl.constexpr, R_L: gl.constexpr):
-        """One split's keys in shared memory reduced and its partials stored, in the tile's form."""
-        if SWAP:
-            m_i, l_i, acc = _attend_swapped(q_op, k_smem, v_smem, lens, start, steps, scale, R_L, STEPS)
-            _store_swapped(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
-                           split, GROUP, GROUP_PAD, R_L)
-        else:
-            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L, STEPS)
-            _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
-                            split, GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
+        m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L, STEPS)
+        _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
+                        GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
 
     @gluon.jit
     def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
@@ -295,60 +271,6 @@ if AVAILABLE:
         base = ((lead + i // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + i % GROUP_PAD) * num_splits + split
         gl.store(acc_ptr + base[:, None] * _D + d[None, :], out, mask=live[:, None])
         si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))
-        s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
-        s_base = ((lead + si // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + si % GROUP_PAD) * num_splits \
-            + split
-        gl.store(ml_ptr + s_base * 2, m_i, mask=s_live)
-        gl.store(ml_ptr + s_base * 2 + 1, l_i, mask=s_live)
-
-
-    @gluon.jit
-    def _attend_swapped(q_op, k_smem, v_smem, lens, start, steps, scale, R_L: gl.constexpr, STEPS: gl.constexpr):
-        """_attend_split with the keys as wgmma's 64 rows and the tile's QN query rows as its N: S^T = K q^T
-        [BLOCK, QN], then the softmax in R_L (whose row sums add in S's order), P^T through shared memory and
-        O^T = V^T P^T [D, QN] accumulating onto acc * alpha. The same products, sums and order per row: the same
-        bits as the 64-row tile."""
-        T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _QN, 16])
-        p_op = gl.allocate_shared_memory(gl.bfloat16, [_QN, _BLOCK],
-                                         gl.NVMMASharedLayout.get_default_for([_QN, _BLOCK], gl.bfloat16))
-        m_i = gl.full([_QN], float("-inf"), gl.float32, layout=gl.SliceLayout(1, R_L))
-        l_i = gl.zeros([_QN], gl.float32, layout=gl.SliceLayout(1, R_L))
-        acc = gl.zeros([_D, _QN], gl.float32, layout=T_L)  # O^T
-        kcol = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, R_L))
-        for i in gl.static_range(STEPS):
-            if i < steps:
-                st = warpgroup_mma(k_smem.index(i), q_op.permute((1, 0)),
-                                   gl.zeros([_BLOCK, _QN], gl.float32, layout=T_L), is_async=True)
-                st = warpgroup_mma_wait(num_outstanding=0, deps=(st, ))
-                s = gl.convert_layout(gl.permute(st, (1, 0)), R_L)  # [QN, BLOCK]
-                s = s * scale
-                pos = start + i * _BLOCK + kcol
-                s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 1))
-                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp(m_i - m_use)
-                p = gl.exp(s - m_use[:, None])
-                l_i = l_i * alpha + gl.sum(p, 1)
-                scaled = acc * gl.convert_layout(alpha, gl.SliceLayout(0, T_L))[None, :]
-                p_op.store(p.to(gl.bfloat16))
-                fence_async_shared()
-                gl.thread_barrier()
-                acc = warpgroup_mma(v_smem.index(i).permute((1, 0)), p_op.permute((1, 0)), scaled, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                m_i = m_new
-        return m_i, l_i, acc
-
-    @gluon.jit
-    def _store_swapped(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
-                       GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, R_L: gl.constexpr):
-        """_store_partials for the swapped form: acc is O^T [D, QN], stored from its registers."""
-        T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _QN, 16])
-        i = gl.arange(0, _QN, layout=gl.SliceLayout(0, T_L))
-        d = gl.arange(0, _D, layout=gl.SliceLayout(1, T_L))
-        live = (i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP) & has_block
-        base = ((lead + i // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + i % GROUP_PAD) * num_splits + split
-        gl.store(acc_ptr + base[None, :] * _D + d[:, None], acc, mask=live[None, :])
-        si = gl.arange(0, _QN, layout=gl.SliceLayout(1, R_L))
         s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
         s_base = ((lead + si // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + si % GROUP_PAD) * num_splits \
             + split

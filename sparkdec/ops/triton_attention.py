@@ -73,16 +73,15 @@ GLUON_ONE_STEP = False
 # conversion through shared memory (the same values; gluon_split._store_partials): 4B decode at 1k 2.498 -> 2.469-2.476
 # ms/token, 8-row replay -1.1%, the same tokens (store_direct_ab_h200_2026-12-01_session28.json)
 GLUON_STORE_DIRECT = True
-# the Gluon split in its swapped form where every row block's query rows fit QN (a lone decode row: 4 of the 64-row
-# tile's rows live): keys as wgmma's 64 rows, S^T [64 keys, 8 rows], the row sums in the 64-row tile's order, so the
-# same bits with an eighth of the products and exponentials (gluon_split._attend_swapped). Staged, off (session 30).
-GLUON_SWAP = False
 # (measured, not kept) session 28's new-row merge with one barrier less (GLUON_LEAN_MERGE): 4B decode at 1k equal,
 # 2.500/2.493 -> 2.503/2.492 ms/token (lean_merge_ab_h200_2026-12-01_session29.json; code in 427688a). Session 29: the
 # Gluon split past the short graphs with each later split copied while the one before is reduced (GLUON_PIPE, two
 # buffer sets, one program per SM; the Triton split's bits): 8k decode 3.265/3.260 -> 4.259/4.265 ms/token at 16
 # programs per kv head, 4.114 at 32; unpipelined at 32 programs 3.586 (gluon_pipe_ab_h200_2026-12-01_session29.json;
-# code in 45fdb03). A split's arithmetic, not its loads, bounds a program walking several splits.
+# code in 45fdb03). A split's arithmetic, not its loads, bounds a program walking several splits. Session 30: the
+# Gluon split in a swapped form for 1-2 rows (GLUON_SWAP: keys as wgmma's 64 rows, S^T [64 keys, 8 rows], the row sums
+# in the 64-row tile's order; the same bits, an eighth of the products): 4B decode at 1k 2.502/2.499 -> 2.541/2.536
+# ms/token (swap_ab_h200_2026-12-02_session30.json; code in c86fb9e). So not the arithmetic's size either.
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 # ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
@@ -504,8 +503,7 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
             ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST,
             STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS,
-            STORE_DIRECT=GLUON_STORE_DIRECT, SWAP=GLUON_SWAP and t * group_pad <= gluon_split.QN, num_warps=4,
-            **pdl_args("split"))
+            STORE_DIRECT=GLUON_STORE_DIRECT, num_warps=4, **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
