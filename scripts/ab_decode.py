@@ -33,6 +33,7 @@ VARIANTS = {
     "fine3k": {(triton_attention, "FINE_END"): 3072},  # (session 21: fine3k, fine4k no faster at 2k-8k, fine_end_ab_*)
     "fine2k_p128": {(triton_attention, "FINE_END"): 2048, (triton_attention, "PROGRAMS_ONE_ROW"): 128,
                     (triton_attention, "PROGRAMS"): 64},
+    "p1_128": {(triton_attention, "PROGRAMS_ONE_ROW"): 128},  # (session 30) the lone row's alone, PROGRAMS kept
     "pdl_late": {(triton_gemm, "PDL_MODE"): 1},
     "pdl_early": {(triton_gemm, "PDL_MODE"): 2},
     "pdl_off": {(triton_gemm, "PDL_MODE"): 0},
