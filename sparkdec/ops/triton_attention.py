@@ -30,9 +30,12 @@ BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 SPLIT_BLOCK_N = BLOCK_N  # the split kernel's step (part of the reduction order: decode and verify rows share it)
 SPLIT_WARPS = 4  # the split kernel's warps (sets the tile's register layout, so also part of the reduction order)
 # programs per (row block, kv head); each takes every PROGRAMS-th split (no effect on bits). A lone decode row gets
-# more (H200, 8k context: replay 3.95 -> 3.84 ms); for verify blocks 64 was slower (4.20 -> 4.29 ms at 8 rows)
+# more (H200, 8k context: replay 3.95 -> 3.84 ms); for verify blocks 64 was slower (4.20 -> 4.29 ms at 8 rows).
+# Session 30, 128 for a lone row (only graphs with more than 64 splits see it: the long graph past 3072 keys): 4B
+# decode at 8k 3.247/3.243 -> 3.225/3.228 ms/token, at 4k 2.956/2.954 -> 2.953/2.949, the same tokens
+# (p128_ab_h200_2026-12-02_session30.json)
 PROGRAMS = 32
-PROGRAMS_ONE_ROW = 64
+PROGRAMS_ONE_ROW = 128
 # query rows (row x head of the kv group) per tile, the same for every call. NOTE: not smaller for a lone decode
 # row: the softmax row sums reduce over the keys in an order set by the tile's register layout, so a smaller
 # tile changed decode rows' bits against verify rows' (142 differing tokens in the H200 spec == plain test)
