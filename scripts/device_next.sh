@@ -16,7 +16,10 @@
 # layer at 1k: attention_ablation_*), a cluster split + combine probe (no gain: cluster_chain_probe_*) and the bench
 # alone (kernels_*_session28.json). Session 29 ran the lean-merge A/B (equal, removed), a pipelined Gluon split at 8k
 # (much slower, removed; code in 45fdb03), the end run's core GPU tests (16) and the 4B bench (kernels_*_session29.json),
-# and two settings A/Bs (retune_ab_*, long_programs_ab_*). Next: 1 and 25 after any change (the end run).
+# and two settings A/Bs (retune_ab_*, long_programs_ab_*). Session 30 ran the swapped Gluon split (same bits, slower,
+# removed; swap_ab_*), o at split-K 16 (much slower; o16_ab_*), 1 and 25 (all 51 GPU tests passed; the end run,
+# kernels_*_session30.json) and a lone row's split programs at 128 (8k -0.6%: shipped; p128_ab_*). Next: 34 (staged:
+# the one-warp Gluon split), then 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -56,6 +59,8 @@
 # 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
 #    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
+# 34. (staged in session 30) the one-step Gluon split on one warp (triton_attention.GLUON_WARP1: mma.sync on a 16-row
+#    tile, 36 KB, no warpgroup ops): its GPU bits tests, then the 4B A/B at 1k for 1, 2 and 4 rows
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -155,6 +160,11 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
     $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
   SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
     $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
+elif [ "$1" = 34 ]; then  # (staged in session 30) the one-warp Gluon split (GLUON_WARP1): bits tests, then the A/B
+  timeout 240 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
+    "one_warp_form or short_graph_gluon or one_step_buffers" 2>&1 | tail -3
+  env AB_ROWS=1,2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_decode.py \
+    $OUT/warp1_ab.json qwen3-4b base warp1 base#2 warp1#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

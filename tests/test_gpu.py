@@ -823,6 +823,46 @@ def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
     assert 1 in steps and 2 in steps
 
 
+@pytest.mark.parametrize("hq,hkv,programs", [(32, 8, 32), (32, 8, 2), (16, 8, 32), (8, 8, 2)])
+def test_gluon_split_one_warp_form_gives_the_triton_split_bits(hq, hkv, programs, monkeypatch):
+    """GLUON_WARP1 (the one-step Gluon split on one warp, mma.sync on a 16-row tile): in a 1280-key window, as the
+    short graph runs it, each lone row of the attention case and runs of 2-4 rows of one sequence in a block get the
+    Triton split's bits (its 64-row wgmma tile); with 2 programs per kv head each walks many splits; the one-warp form
+    did launch for every call."""
+    import sparkdec.ops.triton_attention as ta
+
+    if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
+    ps, d = 16, 128
+    q, kc, vc, ctx = _attention_case(hq, hkv)
+    kernel, warp1 = ta.gluon_split._gluon_split_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: warp1.append(kw["WARP1"]) or kernel[grid](*a, **kw)
+
+    monkeypatch.setattr(ta.gluon_split, "_gluon_split_kernel", Spy())
+    monkeypatch.setattr(ta, "GLUON_PROGRAMS", programs)
+    monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", True)
+    monkeypatch.setattr(ta, "GLUON_ONE_STEP", True)
+    fits = lambda r, n: (int(ctx.row_kv_len[r + n - 1]) <= 1280 and len(set(ctx.row_seq[r:r + n].tolist())) == 1
+                         and n * (hq // hkv) <= ta.gluon_split.QR1)
+    cases = [(r, n) for n in (1, 2, 4) for r in range(ctx.num_tokens - n + 1) if fits(r, n)]
+    assert any(n > 1 for _, n in cases)
+    for r, n in cases:
+        rows = slice(r, r + n)
+        one = (q[rows], kc, vc, ctx.block_tables, ctx.row_seq[rows], ctx.row_kv_len[rows], ps, 1280, d ** -0.5)
+        blocks = dict(blocks=(torch.zeros(1, dtype=torch.int32, device="cuda"),
+                              torch.full((1, ), n, dtype=torch.int32, device="cuda")))
+        monkeypatch.setattr(ta, "GLUON_SPLIT", False)
+        want = ta.triton_paged_attention(*one, **blocks)
+        monkeypatch.setattr(ta, "GLUON_SPLIT", True)
+        monkeypatch.setattr(ta, "GLUON_WARP1", True)
+        assert torch.equal(ta.triton_paged_attention(*one, **blocks, first_written=ctx.positions[rows]), want), (r, n)
+        monkeypatch.setattr(ta, "GLUON_WARP1", False)
+    assert all(warp1) and len(warp1) == len(cases)
+
+
 @pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])
 def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last):
     """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward
@@ -849,14 +889,17 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     assert any(ran)  # the Gluon kernel did run
 
 
-def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch):
+@pytest.mark.parametrize("warp1", [False, True])
+def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch, warp1):
     """The shipped short graphs (engine/graphs.SHORT_BOUNDS: the Gluon split up to 1280 keys) give a lone row eager
-    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run."""
+    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run.
+    warp1: with GLUON_WARP1 on (the one-warp form in the lone row's graphs)."""
     import sparkdec.ops.triton_attention as ta
     from sparkdec.engine import graphs
 
     if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
+    monkeypatch.setattr(ta, "GLUON_WARP1", warp1)
     assert any(s.get("GLUON_SPLIT") for _, s in graphs.SHORT_BOUNDS)
     model = make_target(tmp_path / "g128", vocab_size=509, hidden_size=256, intermediate_size=512,
                         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
