@@ -15,6 +15,12 @@ keys in shared memory, S = q K^T by wgmma m64n64k16, the online softmax in that 
 into wgmma m64n128k16 accumulating onto acc * alpha. So a row's partials are the Triton kernel's bits
 (tests/test_gpu.py, passed on the H200). A program's first split is copied before the wait; its later ones (split +
 PROGRAMS, ...) after it, one after another. Compiled for sm_90 in CPU CI.
+
+WARP1 (triton_attention.GLUON_WARP1, staged, off): the one-step form for calls of at most CR rows on one warp, a
+16-row tile and mma.sync m16n8k16 (_attend_warp): each row gets the lanes and registers that one warp of the 64-row
+wgmma tile gives it, so the same reductions in the same order; no warpgroup operations, proxy fences or CTA-wide
+barriers; the operands chunked by 32 head dims, and the forward's new rows merged in two CR-row chunks, so that one
+warp's registers hold them.
 """
 from __future__ import annotations
 
