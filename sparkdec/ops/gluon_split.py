@@ -102,7 +102,7 @@ if AVAILABLE:
                             STORE_DIRECT: gl.constexpr = False, WARP1: gl.constexpr = False):
         # WARP1: one warp, a 16-row tile and mma.sync (m16n8k16), whose accumulator gives each row the lanes and
         # registers one warp of the 64-row wgmma tile gives it: the same reductions in the same order (launch with
-        # num_warps=1; a lone row's one-step form only: STEPS 1, ITERS 1)
+        # num_warps=1; the one-step form only, STEPS 1; a program may walk later splits, ITERS > 1)
         LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [1 if WARP1 else 4, 1], [1, 0])  # [rows, D] bf16, 16 B
         if WARP1:
             S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
@@ -165,6 +165,9 @@ if AVAILABLE:
         # sequence's rows come in blocks of at most BLOCK_ROWS): nothing is copied before the wait then
         continued = (lead > 0) & (gl.load(seq_ptr + gl.maximum(lead - 1, 0)) == seq)
         first_new = gl.where(has_block & ~continued, gl.load(first_ptr + gl.maximum(lead, 0)).to(gl.int32), 0)
+        if WARP1:  # (a call of at most CR rows writes no key of the block's sequence before max_len - CR, continued or
+            # not; the merge after the wait covers CR rows)
+            first_new = gl.where(continued, gl.maximum(max_len - _CR, 0), first_new)
         kpos = gl.arange(0, _BLOCK, layout=gl.SliceLayout(1, LD))
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
         for i in gl.static_range(STEPS):
