@@ -309,14 +309,7 @@ if AVAILABLE:
                     q_a = q_op.slice(c * _DC, _DC, dim=1).load(QA)  # [QR1, DC]
                     k_b = k_smem.index(i).slice(c * _DC, _DC, dim=1).permute((1, 0)).load(KB)  # [DC, BLOCK]
                     s = mma_v2(q_a, k_b, s)
-                s = s * scale
-                pos = start + i * _BLOCK + kcol
-                s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 1))
-                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp(m_i - m_use)
-                p = gl.exp(s - m_use[:, None])
-                l_i = l_i * alpha + gl.sum(p, 1)
+                p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i, lens, start + i * _BLOCK, kcol, scale)
                 p_a = gl.convert_layout(p.to(gl.bfloat16), P_L)
                 al = alpha[:, None]
                 a0 = _pv_chunk(p_a, v_smem.index(i), 0, a0 * al, L)
@@ -343,6 +336,19 @@ if AVAILABLE:
         gl.store(ml_ptr + base * 2 + 1, l_i, mask=live)
 
     @gluon.jit
+    def _softmax_step(s, m_i, l_i, lens, first, kcol, scale):
+        """One 64-key step of the online softmax over S [rows, BLOCK] (keys at positions first + kcol) -> (P, alpha,
+        new max, new sum); the row reductions run in the layout S comes in."""
+        s = s * scale
+        pos = first + kcol
+        s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp(m_i - m_use)
+        p = gl.exp(s - m_use[:, None])
+        return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+
+    @gluon.jit
     def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
                       P_L: gl.constexpr, STEPS: gl.constexpr, TILE: gl.constexpr = _QR):
         """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values); q_op: the query
@@ -356,14 +362,7 @@ if AVAILABLE:
                 s = warpgroup_mma(q_op, k_smem.index(i).permute((1, 0)),
                                   gl.zeros([TILE, _BLOCK], gl.float32, layout=S_L), is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                s = s * scale
-                pos = start + i * _BLOCK + kcol
-                s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 1))
-                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.exp(m_i - m_use)
-                p = gl.exp(s - m_use[:, None])
-                l_i = l_i * alpha + gl.sum(p, 1)
+                p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i, lens, start + i * _BLOCK, kcol, scale)
                 scaled = acc * gl.convert_layout(alpha[:, None], O_L)  # [QR, 1]: as Triton converts it
                 acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_L), v_smem.index(i), scaled,
                                     is_async=True)

@@ -85,7 +85,7 @@ GLUON_STORE_DIRECT = True
 # Gluon split in a swapped form for 1-2 rows (GLUON_SWAP: keys as wgmma's 64 rows, S^T [64 keys, 8 rows], the row sums
 # in the 64-row tile's order; the same bits, an eighth of the products): 4B decode at 1k 2.502/2.499 -> 2.541/2.536
 # ms/token (swap_ab_h200_2026-12-02_session30.json; code in c86fb9e). So not the arithmetic's size either.
-# the Gluon split's one-step form on one warp for calls of at most gluon_split.CR rows whose tile fits 16 query rows
+# (staged, session 30) the Gluon split's one-step form on one warp for calls of at most gluon_split.CR rows whose tile fits 16 query rows
 # (a lone decode row, 2-4 rows): mma.sync on a 16-row tile, whose accumulator gives each row what one warp of the
 # 64-row wgmma tile gives it (the same sums in the same order), no warpgroup operations or fences, 36 KB of shared
 # memory instead of 48, 32 threads a program. Staged, off (session 30): its GPU bits tests and A/B have not run.
