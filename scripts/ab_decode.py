@@ -329,19 +329,8 @@ VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
 VARIANTS["store_direct"] = {(triton_attention, "GLUON_STORE_DIRECT"): True}  # (session 28)
 VARIANTS["warp1"] = {(triton_attention, "GLUON_WARP1"): True}  # (session 30, staged) the one-warp Gluon split
-
-
-def _in_1280(**settings) -> dict:
-    """The shipped short graphs with these "module.NAME" settings added to the 1280-key graph's."""
-    return {(graphs, "SHORT_BOUNDS"): tuple((b, {**st, **settings} if b == 1280 else st)
-                                            for b, st in graphs.SHORT_BOUNDS)}
-
-
-# (session 31, staged) in the 1280-key graph only o's first N programs pace their fill (gluon_gemv.PACED_FIRST): the
-# 52 of 320 that find no room beside the split until its programs leave (scripts/smem_budget.py) request theirs at once
-for _n in (268, 224, 160):
-    VARIANTS[f"pf{_n}"] = _in_1280(**{"gluon_gemv.PACED_FIRST": {O: _n}})
-VARIANTS["unpaced1280"] = _in_1280(**{"gluon_gemv.PACED": {}})
+# (session 31: o's first N programs pacing in the 1280-key graph, "pf268"/"pf224"/"pf160": equal or slower, removed;
+# code in 08b14ef, pace_first_ab_h200_2026-12-02_session31.json)
 # (session 30: the swapped Gluon split, "swap", slower and removed, code in c86fb9e; o_s16 beside it, "swap_o16", and
 # alone much slower: o16_ab_h200_2026-12-02_session30.json)
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}

@@ -165,11 +165,6 @@ elif [ "$1" = 34 ]; then  # (staged in session 30) the one-warp Gluon split (GLU
     "one_warp_form or short_graph_gluon or one_step_buffers" 2>&1 | tail -3
   env AB_ROWS=1,2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_decode.py \
     $OUT/warp1_ab.json qwen3-4b base warp1 base#2 warp1#2 2>&1 | grep "ctx "
-elif [ "$1" = 35 ]; then  # (staged in session 31) o's late programs fill at once (PACED_FIRST): bits test, then the A/B
-  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "paced_fill" 2>&1 \
-    | tail -2
-  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_decode.py $OUT/pace_first_ab.json \
-    qwen3-4b base pf268 pf224 pf160 unpaced1280 base#2 pf268#2 pf224#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

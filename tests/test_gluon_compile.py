@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False, pace=0, pace_first=0):
+                 pre=None, defer=False, pace=0):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -25,7 +25,7 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
     ints = ["M", "N", "stride_xm", "stride_om", "stride_rm"]
     consts = {"K": k, "SILU": silu, "RESIDUAL": residual, "PDL": pdl, "SPLIT_K": split, "STAGES": stages,
               "PRE": stages if pre is None else pre, "MP": mp,
-              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "PACE_FIRST": pace_first, "num_warps": 4}
+              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "num_warps": 4}
     sig = {"w_desc": f"tensordesc<bf16[{bn},{bk}],{wl!r}>", "x_desc": f"tensordesc<bf16[{mp},{bk}],{xl!r}>",
            "x_ptr": "*bf16", "out_ptr": "*bf16", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            **{name: "i32" for name in ints}, **{name: "constexpr" for name in consts}}
@@ -50,7 +50,6 @@ def local_bytes(cubin: bytes) -> int:
     dict(k=4096, split=8, residual=True, defer=True, pdl=3),     # the next kernel launched at the start (mode 3)
     dict(k=4096, split=8, residual=True, defer=True, pace=1),  # o: its fill before the wait one tile at a time
     dict(k=4096, split=8, residual=True, defer=True, pace=2),  # two at a time
-    dict(k=4096, split=8, residual=True, defer=True, pace=1, pace_first=268),  # the programs past 268 at once
     dict(bk=256, stages=3, xring=0, pace=1),           # paced, x loaded once (one arrival per stage)
     dict(stages=4, pre=2, pace=1),                     # paced, two stages before the wait
     dict(k=1024, stages=6, pace=1),                    # paced, a ring deeper than the program's tiles

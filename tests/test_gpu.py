@@ -285,9 +285,8 @@ def test_gluon_products_give_the_triton_kernels_bits():
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
 def test_paced_fill_gives_the_same_bits():
     """gluon_gemv.PACED (the ring's tiles before the PDL wait requested one or two at a time, each stage's weight
-    arrival a plain arrive; PACED_FIRST: only the first programs pace), with gluon_gemv.LONE_ROW_STAGES' shallower
-    rings: the four Qwen3-4B layer products, 1..16 rows, with and without a residual, give the Triton kernel's bits,
-    three launches back to back."""
+    arrival a plain arrive), with gluon_gemv.LONE_ROW_STAGES' shallower rings: the four Qwen3-4B layer products,
+    1..16 rows, with and without a residual, give the Triton kernel's bits, three launches back to back."""
     from sparkdec.ops import gluon_gemv as gg
     from sparkdec.ops import triton_gemm as tg
 
@@ -299,7 +298,6 @@ def test_paced_fill_gives_the_same_bits():
         gg.PACED_ROWS = 16
         for n, k in shapes:
             gg.PACED[(n, k)] = 1 if n != 2560 else 2
-            gg.PACED_FIRST[(n, k)] = 50  # programs from 50 on (each product has more) fill at once
             gg.LONE_ROW_STAGES[(n, k)] = 3 if n != 2560 else 2
             w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
             x = torch.randn(16, k, device=dev, dtype=dt)
@@ -318,7 +316,6 @@ def test_paced_fill_gives_the_same_bits():
         gg.PACED.update(saved)
         gg.PACED_ROWS = saved_rows
         gg.LONE_ROW_STAGES.clear()
-        gg.PACED_FIRST.clear()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")

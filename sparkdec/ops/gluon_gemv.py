@@ -100,16 +100,6 @@ if AVAILABLE:
             mbarrier.invalidate(pace.index(j))
 
     @gluon.jit
-    def _late_fill(w_desc, w_ring, ready, pace, row, k_begin, FILL: gl.constexpr, BK: gl.constexpr,
-                   PACE: gl.constexpr):
-        """A program past PACE_FIRST: the ring's first FILL weight tiles requested at once, on the stages' own
-        barriers (the pace barriers go unused)."""
-        for j in gl.static_range(FILL):
-            _request(w_desc, row, k_begin + j * BK, ready.index(j), w_ring.index(j), True)
-        for j in gl.static_range(PACE):
-            mbarrier.invalidate(pace.index(j))
-
-    @gluon.jit
     def _sum_slices(out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, pid_n, tile, num_tiles, part, stride_om, stride_rm,
                     SILU: gl.constexpr, RESIDUAL: gl.constexpr, SPLIT_K: gl.constexpr, BN: gl.constexpr,
                     MP: gl.constexpr, EL: gl.constexpr, DT: gl.constexpr):
@@ -127,8 +117,7 @@ if AVAILABLE:
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, PACE_FIRST: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -147,14 +136,7 @@ if AVAILABLE:
             for j in gl.static_range(PACE):
                 mbarrier.init(pace.index(j), count=1)
             FILL: gl.constexpr = PRE if PRE < NK else NK  # the tiles requested before the wait
-            if PACE_FIRST == 0:  # every program paces
-                _paced_fill(w_desc, w_ring, ready, pace, pid_n * BN, k_begin, FILL, BK, PACE)
-            else:  # programs in launch order: the first PACE_FIRST pace (see PACED_FIRST), the rest do not
-                early = pid_n + pid_s * gl.num_programs(0) < PACE_FIRST
-                if early:
-                    _paced_fill(w_desc, w_ring, ready, pace, pid_n * BN, k_begin, FILL, BK, PACE)
-                else:
-                    _late_fill(w_desc, w_ring, ready, pace, pid_n * BN, k_begin, FILL, BK, PACE)
+            _paced_fill(w_desc, w_ring, ready, pace, pid_n * BN, k_begin, FILL, BK, PACE)
         else:
             for j in gl.static_range(PRE):
                 _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
@@ -172,10 +154,7 @@ if AVAILABLE:
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [NK, MP, BK], x_desc.layout)
             _load_x_slice(x_ptr, x_bufs, M, stride_xm, k_begin, NK, MP, BK, num_warps)
         if PACE:
-            if PACE_FIRST == 0:
-                _paced_drain(pace, ready, FILL, PACE)
-            elif early:
-                _paced_drain(pace, ready, FILL, PACE)
+            _paced_drain(pace, ready, FILL, PACE)
         acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, MP, 16])
         acc = gl.zeros([BN, MP], gl.float32, layout=acc_l)
@@ -230,13 +209,9 @@ PREFETCH: dict[tuple[int, int], int] = {}
 # gate_up, qkv or all four products paced: slower). Neither changes bits.
 PACED: dict[tuple[int, int], int] = {(2560, 4096): 1}
 PACED_ROWS = 1
-# (weight rows, K) -> how many of a paced launch's programs, in launch order (program ids x first), pace their fill;
-# the later ones request it at once (not listed: every program paces). Staged for the lone row's 1280-key graph, where
-# o's 320 programs (72 KB each) meet the Gluon split's 128 (48 KB): by scripts/smem_budget.py 268 are resident beside
-# the split and pace under the chain, and the last 52 find room only when split programs leave, then pace their whole
-# ring after it, so they reach their wait after the combine has ended (session 22's timeline: the norm after o
-# launches about 2 us after the combine's end). The same tiles in the same order: the same bits.
-PACED_FIRST: dict[tuple[int, int], int] = {}
+# (session 31: only the first N programs of o's paced launch pacing, the later ones, which find room beside the Gluon
+# split only when its programs leave, filling at once: equal at N = 268, slower below, o unpaced in the 1280-key graph
+# slowest; pace_first_ab_h200_2026-12-02_session31.json, code in 08b14ef)
 # (weight rows, K) -> the ring's stages for launches of at most PACED_ROWS rows (not listed: the table's). Empty here;
 # engine/graphs.SHORT_BOUNDS sets the 4B o product's to 3 for the lone row's 1280-key graph, where o launches during
 # the attention chain beside the Gluon split's 96 KB programs: a shallower ring lets more of its programs be resident
@@ -312,13 +287,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
     pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
-    pace_first = PACED_FIRST.get(tuple(weight.shape), 0) if pace else 0
     _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=pace, PACE_FIRST=pace_first,
-                                   num_warps=4, **extra)
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, num_warps=4, **extra)
     return ws if defer else out
 
 
