@@ -328,7 +328,7 @@ VARIANTS["short_t1248"] = {(graphs, "SHORT_TIERS"): (1, 2, 4, 8)}
 # (session 24) 8 rows with the sized graphs, every bound: 8-row replay at 1k 2.796/2.794 -> 2.734/2.740 ms
 # (short_t18_ab_h200_2026-12-01_session24.json); shipped up to 1280 keys (graphs.SHORT_TIER_BOUND). t1 without it
 VARIANTS["store_direct"] = {(triton_attention, "GLUON_STORE_DIRECT"): True}  # (session 28)
-VARIANTS["warp1"] = {(triton_attention, "GLUON_WARP1"): True}  # (session 30, staged) the one-warp Gluon split
+# (session 31: the one-warp Gluon split, "warp1", slower: removed, code in 0a9fa9a, warp1_ab_*_session31.json)
 # (session 31: o's first N programs pacing in the 1280-key graph, "pf268"/"pf224"/"pf160": equal or slower, removed;
 # code in 08b14ef, pace_first_ab_h200_2026-12-02_session31.json)
 # (session 30: the swapped Gluon split, "swap", slower and removed, code in c86fb9e; o_s16 beside it, "swap_o16", and

@@ -59,8 +59,6 @@
 # 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
 #    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
-# 34. (staged in session 30) the one-step Gluon split on one warp (triton_attention.GLUON_WARP1: mma.sync on a 16-row
-#    tile, 36 KB, no warpgroup ops): its GPU bits tests, then the 4B A/B at 1k for 1, 2 and 4 rows
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -160,11 +158,6 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
     $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
   SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
     $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
-elif [ "$1" = 34 ]; then  # (staged in session 30) the one-warp Gluon split (GLUON_WARP1): bits tests, then the A/B
-  timeout 240 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
-    "one_warp_form or short_graph_gluon or one_step_buffers" 2>&1 | tail -3
-  env AB_ROWS=1,2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_decode.py \
-    $OUT/warp1_ab.json qwen3-4b base warp1 base#2 warp1#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

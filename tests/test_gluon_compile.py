@@ -108,7 +108,7 @@ def test_persistent_mlp_compiles_for_sm90_and_its_grid_is_resident(mp, stages):
     assert per_sm * (kernel.metadata.shared + 1024) <= 228 * 1024
 
 
-def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False, warp1=False):
+def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -116,7 +116,7 @@ def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False,
 
     consts = {"GROUP": 4, "GROUP_PAD": 4, "SPLIT_N": 128, "FINE_N": 64, "FINE_SPLITS": 32, "PDL": pdl,
               "PROGRAMS": 32, "ITERS": iters, "BLOCK_LAST": block_last, "STEPS": steps,
-              "STORE_DIRECT": store_direct, "WARP1": warp1}
+              "STORE_DIRECT": store_direct}
     ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "bt_ptr": "*i64", "seq_ptr": "*i32",
             "len_ptr": "*i32", "lead_ptr": "*i32", "nrow_ptr": "*i32", "acc_ptr": "*fp32", "ml_ptr": "*fp32",
             "first_ptr": "*i64"}
@@ -129,7 +129,7 @@ def compile_split(pdl=1, iters=4, block_last=False, steps=2, store_direct=False,
                "stride_kh"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     src = GluonASTSource(gs._gluon_split_kernel, sig, consts, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=1 if warp1 else 4))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
 @pytest.mark.parametrize("pdl,iters,block_last,steps", [(1, 4, False, 2), (2, 1, True, 2), (3, 1, False, 2),
@@ -146,19 +146,6 @@ def test_gluon_split_kernel_compiles_for_sm90(pdl, iters, block_last, steps):
     assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
-
-
-@pytest.mark.parametrize("iters", [1, 4])
-def test_gluon_split_one_warp_form_compiles_for_sm90(iters):
-    """GLUON_WARP1 (the one-step split on one warp): mma.sync m16n8k16 and no wgmma, no fences or spills, and less
-    shared memory than the four-warp one-step form (48 KB)."""
-    kernel = compile_split(3, iters, True, 1, True, warp1=True)
-    assert local_bytes(kernel.asm["cubin"]) == 0
-    assert kernel.metadata.shared < 48 * 1024 and kernel.metadata.num_warps == 1
-    ptx = kernel.asm["ptx"]
-    assert "cp.async" in ptx and "griddepcontrol.wait" in ptx
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
-    assert "wgmma" not in ptx and "fence.proxy.async" not in ptx
 
 
 def test_gluon_split_store_direct_skips_the_layout_round_trip():

@@ -502,10 +502,9 @@ def test_eager_attention_in_row_ranges_equals_one_call():
         ta.WORKSPACE_BYTES = saved
 
 
-def _attention_case(hq: int, hkv: int, ps: int = 16, d: int = 128, extra: tuple = ()):
+def _attention_case(hq: int, hkv: int, ps: int = 16, d: int = 128):
     """Random bf16 caches and queries for four sequences: a 40-row causal run past 2048 keys (coarse splits, a
-    block that continues another), an 8-row drafter block, a lone row, an 8-row verify block -> (q, caches, ctx).
-    extra: more sequences' positions (causal rows over the same block table)."""
+    block that continues another), an 8-row drafter block, a lone row, an 8-row verify block -> (q, caches, ctx)."""
     from sparkdec.engine.context import build_context
 
     torch.manual_seed(0)
@@ -513,7 +512,6 @@ def _attention_case(hq: int, hkv: int, ps: int = 16, d: int = 128, extra: tuple 
     vc = torch.randn(300 * ps, hkv, d, device="cuda", dtype=torch.bfloat16)
     rows = [(list(range(300)), list(range(3000, 3040)), False), (list(range(300)), list(range(500, 508)), True),
             (list(range(300)), [7], False), (list(range(300)), list(range(1000, 1008)), False)]
-    rows += [(list(range(300)), list(positions), False) for positions in extra]
     ctx = build_context(rows, ps, "cuda")
     return torch.randn(ctx.num_tokens, hq, d, device="cuda", dtype=torch.bfloat16), kc, vc, ctx
 
@@ -825,61 +823,6 @@ def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
     assert 1 in steps and 2 in steps
 
 
-@pytest.mark.parametrize("hq,hkv,programs", [(32, 8, 32), (32, 8, 2), (16, 8, 32), (8, 8, 2)])
-def test_gluon_split_one_warp_form_gives_the_triton_split_bits(hq, hkv, programs, monkeypatch):
-    """GLUON_WARP1 (the one-step Gluon split on one warp, mma.sync on a 16-row tile): in a 1280-key window, as the
-    short graph runs it, each lone row of the attention case and runs of 2-8 rows of one sequence in a block (some
-    crossing a 64-key split) get the Triton split's partials (its 64-row wgmma tile: every live row's and split's
-    fp32 values, bit for bit) and outputs; with 2 programs per kv head each walks many splits; the one-warp form did
-    launch for every call."""
-    import triton
-
-    import sparkdec.ops.triton_attention as ta
-
-    if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
-    ps, d = 16, 128
-    q, kc, vc, ctx = _attention_case(hq, hkv, extra=(range(60, 68), range(1212, 1220)))  # (crossing 64-key splits)
-    kernel, warp1, parts = ta.gluon_split._gluon_split_kernel, [], []
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: warp1.append(kw["WARP1"]) or kernel[grid](*a, **kw)
-
-    combine = ta.combine
-    monkeypatch.setattr(ta.gluon_split, "_gluon_split_kernel", Spy())
-    monkeypatch.setattr(ta, "combine", lambda acc, ml, *a: parts.append((acc.clone(), ml.clone())) or combine(acc, ml,
-                                                                                                               *a))
-    monkeypatch.setattr(ta, "GLUON_PROGRAMS", programs)
-    monkeypatch.setattr(ta, "GLUON_BLOCK_LAST", True)
-    monkeypatch.setattr(ta, "GLUON_ONE_STEP", True)
-    fits = lambda r, n: (int(ctx.row_kv_len[r + n - 1]) <= 1280 and len(set(ctx.row_seq[r:r + n].tolist())) == 1
-                         and n * triton.next_power_of_2(hq // hkv) <= ta.gluon_split.QR1)
-    cases = [(r, n) for n in (1, 2, 4, 8) for r in range(ctx.num_tokens - n + 1) if fits(r, n)]
-    assert any(n > 1 for _, n in cases)
-    for r, n in cases:
-        rows = slice(r, r + n)
-        one = (q[rows], kc, vc, ctx.block_tables, ctx.row_seq[rows], ctx.row_kv_len[rows], ps, 1280, d ** -0.5)
-        blocks = dict(blocks=(torch.zeros(1, dtype=torch.int32, device="cuda"),
-                              torch.full((1, ), n, dtype=torch.int32, device="cuda")))
-        monkeypatch.setattr(ta, "GLUON_SPLIT", False)
-        want = ta.triton_paged_attention(*one, **blocks)
-        monkeypatch.setattr(ta, "GLUON_SPLIT", True)
-        monkeypatch.setattr(ta, "GLUON_WARP1", True)
-        got = ta.triton_paged_attention(*one, **blocks, first_written=ctx.positions[rows])
-        monkeypatch.setattr(ta, "GLUON_WARP1", False)
-        assert torch.equal(got, want), (r, n)
-        (acc0, ml0), (acc1, ml1) = parts[-2:]
-        splits = acc0.numel() // (n * hq * d)
-        live = (torch.arange(splits, device="cuda")[None, :] * ta.FINE_SPLIT < ctx.row_kv_len[rows][:, None])
-        live = live[:, None, :].expand(n, hq, splits)  # [rows, heads, splits]: the partials the combine reads
-        assert torch.equal(acc1.view(n, hq, splits, d)[live], acc0.view(n, hq, splits, d)[live]), (r, n)
-        assert torch.equal(ml1.view(n, hq, splits, 2)[live], ml0.view(n, hq, splits, 2)[live]), (r, n)
-    assert all(warp1) and len(warp1) == len(cases)
-    # runs whose rows cross a 64-key split were among the cases
-    assert any(int(ctx.positions[r]) // 64 != int(ctx.positions[r + n - 1]) // 64 for r, n in cases)
-
-
 @pytest.mark.parametrize("prefill_kernel,block_last", [(True, False), (False, True)])
 def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, prefill_kernel, block_last):
     """Greedy decoding with the Gluon split, whose copies race the RoPE kernel's key stores (only the rows the forward
@@ -906,24 +849,14 @@ def test_gluon_split_decoding_equals_the_triton_split(tmp_path, monkeypatch, pre
     assert any(ran)  # the Gluon kernel did run
 
 
-@pytest.mark.parametrize("warp1", [False, True])
-def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch, warp1):
+def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch):
     """The shipped short graphs (engine/graphs.SHORT_BOUNDS: the Gluon split up to 1280 keys) give a lone row eager
-    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run.
-    warp1: with GLUON_WARP1 on (the one-warp form in the lone row's graphs)."""
+    decoding's tokens (the Triton split), on a model whose head_dim the Gluon split takes; the Gluon kernel did run."""
     import sparkdec.ops.triton_attention as ta
     from sparkdec.engine import graphs
 
     if not ta.gluon_split.AVAILABLE or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon split runs on Hopper (sm_90) with triton 3.6")
-    monkeypatch.setattr(ta, "GLUON_WARP1", warp1)
-    kernel, forms = ta.gluon_split._gluon_split_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *a, **kw: forms.append(kw["WARP1"]) or kernel[grid](*a, **kw)
-
-    monkeypatch.setattr(ta.gluon_split, "_gluon_split_kernel", Spy())
     assert any(s.get("GLUON_SPLIT") for _, s in graphs.SHORT_BOUNDS)
     model = make_target(tmp_path / "g128", vocab_size=509, hidden_size=256, intermediate_size=512,
                         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
@@ -943,7 +876,6 @@ def test_short_graph_gluon_attention_equals_eager_triton(tmp_path, monkeypatch, 
     monkeypatch.setattr(g, "graph_for", lambda *a: replayed.append(graph_for(*a)[0] is gluon_graph) or graph_for(*a))
     assert [llm.generate([p], params)[0].token_ids for p in prompts] == want
     assert any(ran) and any(replayed) and not all(replayed)  # captured with the Gluon split, replayed, and left
-    assert any(forms) == warp1  # (the one-warp form where it was on: the lone row's graphs)
 
 
 def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):

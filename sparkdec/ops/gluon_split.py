@@ -15,12 +15,6 @@ keys in shared memory, S = q K^T by wgmma m64n64k16, the online softmax in that 
 into wgmma m64n128k16 accumulating onto acc * alpha. So a row's partials are the Triton kernel's bits
 (tests/test_gpu.py, passed on the H200). A program's first split is copied before the wait; its later ones (split +
 PROGRAMS, ...) after it, one after another. Compiled for sm_90 in CPU CI.
-
-WARP1 (triton_attention.GLUON_WARP1, staged, off): the one-step form for calls of at most CR rows on one warp, a
-16-row tile and mma.sync m16n8k16 (_attend_warp): each row gets the lanes and registers that one warp of the 64-row
-wgmma tile gives it, so the same reductions in the same order; no warpgroup operations, proxy fences or CTA-wide
-barriers; the operands chunked by 32 head dims, and the forward's new rows merged in two CR-row chunks, so that one
-warp's registers hold them.
 """
 from __future__ import annotations
 
@@ -29,7 +23,7 @@ import triton
 try:  # the same gate as ops/gluon_gemv.py: only the triton version checked on the H200 runs Gluon
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
     AVAILABLE = triton.__version__.startswith("3.6")
@@ -40,12 +34,9 @@ QR = 64  # query rows per tile (rows x heads of the kv group): the Triton kernel
 D = 128  # head dim
 BLOCK = 64  # keys per step: triton_attention.SPLIT_BLOCK_N
 MAX_STEPS = 2  # steps of the longest split (SPLIT // BLOCK; the loads after the wait are written out for 2)
-QR1 = 16  # query rows per tile in the one-warp form (WARP1: one mma.sync tile of rows, the 64-row tile's per-warp rows)
-CR = 8  # rows the one-warp form loads after its wait: at most CR rows a forward writes in a split (calls of <= CR rows)
-DC = 32  # head dims per operand chunk in the one-warp form (its registers hold a [DC, BLOCK] key chunk at a time)
 
 if AVAILABLE:
-    _QR, _D, _BLOCK, _MAX_STEPS, _QR1, _DC, _CR = (gl.constexpr(v) for v in (QR, D, BLOCK, MAX_STEPS, QR1, DC, CR))
+    _QR, _D, _BLOCK, _MAX_STEPS = (gl.constexpr(v) for v in (QR, D, BLOCK, MAX_STEPS))  # the same, for the kernels
 
     @gluon.jit
     def _split_start(split, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr):
@@ -99,21 +90,12 @@ if AVAILABLE:
                             SPLIT_N: gl.constexpr, FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr,
                             PROGRAMS: gl.constexpr, ITERS: gl.constexpr, BLOCK_LAST: gl.constexpr,
                             PDL: gl.constexpr, STEPS: gl.constexpr = _MAX_STEPS,
-                            STORE_DIRECT: gl.constexpr = False, WARP1: gl.constexpr = False):
-        # WARP1: one warp, a 16-row tile and mma.sync (m16n8k16), whose accumulator gives each row the lanes and
-        # registers one warp of the 64-row wgmma tile gives it: the same reductions in the same order (launch with
-        # num_warps=1; the one-step form only, STEPS 1; a program may walk later splits, ITERS > 1)
-        LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [1 if WARP1 else 4, 1], [1, 0])  # [rows, D] bf16, 16 B
-        if WARP1:
-            S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
-            O_L: gl.constexpr = S_L
-        else:
-            S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                          instr_shape=[16, _BLOCK, 16])
-            O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                          instr_shape=[16, _D, 16])
+                            STORE_DIRECT: gl.constexpr = False):
+        LD: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [rows, D] bf16, 16 B per thread
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, _BLOCK, 16])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, _D, 16])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
-        TILE: gl.constexpr = _QR1 if WARP1 else _QR
         if PDL == 3:  # the next kernel may launch at once (its own wait still waits for this whole grid)
             gdc_launch_dependents()
         kvh = gl.program_id(1)
@@ -128,7 +110,7 @@ if AVAILABLE:
         n_rows = gl.minimum(gl.load(nrow_ptr + blk), num_rows - lead)
         has_block = (lead >= 0) & (lead < num_rows)
         seq = gl.load(seq_ptr + gl.maximum(lead, 0))
-        si = gl.arange(0, TILE, layout=gl.SliceLayout(1, S_L))  # the softmax's rows, in the S accumulator's layout
+        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))  # the softmax's rows, in the S accumulator's layout
         s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
         lens = gl.load(len_ptr + lead + si // GROUP_PAD, mask=s_live, other=0)
         max_len = gl.max(lens, 0)
@@ -139,8 +121,7 @@ if AVAILABLE:
             _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
                            stride_qh, stride_ks, stride_kh, stride_bt, page_size, num_splits, num_heads, lead,
                            n_rows, has_block, seq, lens, max_len, kvh, split, start0, GROUP, GROUP_PAD, SPLIT_N,
-                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT, WARP1,
-                           TILE)
+                           FINE_N, FINE_SPLITS, PROGRAMS, ITERS, PDL, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
 
     @gluon.jit
     def _split_program(q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, acc_ptr, ml_ptr, first_ptr, scale, stride_qt,
@@ -149,15 +130,12 @@ if AVAILABLE:
                        GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr, FINE_N: gl.constexpr,
                        FINE_SPLITS: gl.constexpr, PROGRAMS: gl.constexpr, ITERS: gl.constexpr, PDL: gl.constexpr,
                        LD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr, P_L: gl.constexpr,
-                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr, WARP1: gl.constexpr, TILE: gl.constexpr):
+                       STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """The splits of one row block this program reduces: the first one's old keys copied before the wait, the rest
         after it; the later splits (split + PROGRAMS, ...) copied and reduced one after another. 80 KB of shared
         memory (96 KB with the loop over later splits: its layout conversions' scratch): two programs per SM.
         STEPS 1 (every split a fine one, of one step): buffers for one step, 48 KB."""
-        if WARP1:  # (mma.sync reads its operands with ldmatrix)
-            SH: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
-        else:
-            SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
+        SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([_QR, _D], gl.bfloat16)
         k_smem = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
         v_smem = gl.allocate_shared_memory(gl.bfloat16, [STEPS, _BLOCK, _D], SH)
         # keys this forward writes: from the block's first row's position on (first_written: the rows' own
@@ -165,9 +143,6 @@ if AVAILABLE:
         # sequence's rows come in blocks of at most BLOCK_ROWS): nothing is copied before the wait then
         continued = (lead > 0) & (gl.load(seq_ptr + gl.maximum(lead - 1, 0)) == seq)
         first_new = gl.where(has_block & ~continued, gl.load(first_ptr + gl.maximum(lead, 0)).to(gl.int32), 0)
-        if WARP1:  # (a call of at most CR rows writes no key of the block's sequence before max_len - CR, continued or
-            # not; the merge after the wait covers CR rows)
-            first_new = gl.where(continued, gl.maximum(max_len - _CR, 0), first_new)
         kpos = gl.arange(0, _BLOCK, layout=gl.SliceLayout(1, LD))
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
         for i in gl.static_range(STEPS):
@@ -178,17 +153,10 @@ if AVAILABLE:
         async_copy.commit_group()
         # where the rows this forward writes lie in the split (written out for its two steps: MAX_STEPS == 2)
         fresh = (start0 < max_len) & (start0 + steps * _BLOCK > first_new)
-        if WARP1:  # at most CR new rows (the host's bound), from max(first_new, start0) on: two CR-row chunks
-            chunk = gl.minimum((gl.maximum(first_new, start0) - start0) // _CR, _BLOCK // _CR - 2)
-            pos0 = start0 + chunk * _CR + gl.arange(0, _CR, layout=gl.SliceLayout(1, LD))
-            pos1 = pos0 + _CR
-            new0 = (pos0 >= first_new) & (pos0 < max_len) & fresh
-            new1 = (pos1 >= first_new) & (pos1 < max_len) & fresh
-        else:
-            pos0 = start0 + kpos
-            pos1 = pos0 + _BLOCK
-            new0 = (pos0 >= first_new) & (pos0 < max_len) & fresh
-            new1 = (pos1 >= first_new) & (pos1 < max_len) & fresh & (steps > 1)
+        pos0 = start0 + kpos
+        pos1 = pos0 + _BLOCK
+        new0 = (pos0 >= first_new) & (pos0 < max_len) & fresh
+        new1 = (pos1 >= first_new) & (pos1 < max_len) & fresh & (steps > 1)
         slot0 = _slots(bt_ptr, seq, pos0, new0, stride_bt, page_size)
         slot1 = _slots(bt_ptr, seq, pos1, new1, stride_bt, page_size)
         if PDL:
@@ -196,7 +164,7 @@ if AVAILABLE:
             if PDL == 2:
                 gdc_launch_dependents()
         # the query tile: row i is (row lead + i // GROUP_PAD, head kvh * GROUP + i % GROUP_PAD)
-        qi = gl.arange(0, TILE, layout=gl.SliceLayout(1, LD))
+        qi = gl.arange(0, _QR, layout=gl.SliceLayout(1, LD))
         qd = gl.arange(0, _D, layout=gl.SliceLayout(0, LD))
         q_live = (qi // GROUP_PAD < n_rows) & (qi % GROUP_PAD < GROUP) & has_block
         q_row = lead + qi // GROUP_PAD
@@ -207,30 +175,20 @@ if AVAILABLE:
         # two; their slots were read before it); only a split holding some loads anything
         k_new0, v_new0 = _load_new(k_ptr, v_ptr, slot0, new0, kvh, stride_ks, stride_kh, LD)
         k_new1, v_new1 = _load_new(k_ptr, v_ptr, slot1, new1, kvh, stride_ks, stride_kh, LD)
-        q_op = gl.allocate_shared_memory(gl.bfloat16, [TILE, _D], SH)
+        q_op = gl.allocate_shared_memory(gl.bfloat16, [_QR, _D], SH)
         q_op.store(q)
         async_copy.wait_group(0)  # (also where the split holds no key: no copy may land after the program ends)
         gl.thread_barrier()
         if start0 < max_len:
             if fresh:
-                if WARP1:  # (STEPS 1) the two chunks over the copies, where they lie in the step
-                    for c in gl.static_range(_BLOCK // _CR):
-                        if c == chunk:
-                            _store_over(k_smem.index(0).slice(c * _CR, _CR, dim=0),
-                                        v_smem.index(0).slice(c * _CR, _CR, dim=0), k_new0, v_new0, new0, LD)
-                        if c == chunk + 1:
-                            _store_over(k_smem.index(0).slice(c * _CR, _CR, dim=0),
-                                        v_smem.index(0).slice(c * _CR, _CR, dim=0), k_new1, v_new1, new1, LD)
-                else:
-                    _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD)
-                    if STEPS > 1:
-                        _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
-            if not WARP1:  # (wgmma reads shared memory through the async proxy)
-                fence_async_shared()
+                _store_over(k_smem.index(0), v_smem.index(0), k_new0, v_new0, new0, LD)
+                if STEPS > 1:
+                    _store_over(k_smem.index(1), v_smem.index(1), k_new1, v_new1, new1, LD)
+            fence_async_shared()
             gl.thread_barrier()
-            _reduce_split(q_op, k_smem, v_smem, lens, start0, steps, scale, acc_ptr, ml_ptr, lead, n_rows, has_block,
-                          kvh, num_heads, num_splits, split, GROUP, GROUP_PAD, S_L, O_L, P_L, STEPS, STORE_DIRECT,
-                          WARP1, TILE)
+            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start0, steps, scale, S_L, O_L, P_L, STEPS)
+            _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
+                            split, GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
         for j in range(1, ITERS):
             split_j = split + j * PROGRAMS
             start_j = _split_start(split_j, SPLIT_N, FINE_N, FINE_SPLITS)
@@ -238,7 +196,7 @@ if AVAILABLE:
                 _later_split(q_op, k_ptr, v_ptr, bt_ptr, k_smem, v_smem, acc_ptr, ml_ptr, scale, stride_ks,
                              stride_kh, stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq,
                              lens, max_len, kvh, split_j, start_j, kpos, GROUP, GROUP_PAD, SPLIT_N, FINE_N,
-                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT, WARP1, TILE)
+                             FINE_SPLITS, LD, S_L, O_L, P_L, STEPS, STORE_DIRECT)
         if PDL == 1:
             gdc_launch_dependents()
 
@@ -247,8 +205,7 @@ if AVAILABLE:
                      stride_bt, page_size, num_splits, num_heads, lead, n_rows, has_block, seq, lens, max_len, kvh,
                      split, start, kpos, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, SPLIT_N: gl.constexpr,
                      FINE_N: gl.constexpr, FINE_SPLITS: gl.constexpr, LD: gl.constexpr, S_L: gl.constexpr,
-                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr,
-                     WARP1: gl.constexpr, TILE: gl.constexpr):
+                     O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr):
         """A split after the program's first (after the wait: every key is there): copied into the same buffers
         once every warp's products of the previous split are done, then reduced."""
         steps = gl.where(split < FINE_SPLITS, FINE_N // _BLOCK, SPLIT_N // _BLOCK)
@@ -259,110 +216,34 @@ if AVAILABLE:
                        (pos < max_len) & (i < steps), kvh, stride_ks, stride_kh, stride_bt, page_size, LD)
         async_copy.commit_group()
         async_copy.wait_group(0)
-        if not WARP1:
-            fence_async_shared()
+        fence_async_shared()
         gl.thread_barrier()
-        _reduce_split(q_op, k_smem, v_smem, lens, start, steps, scale, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh,
-                      num_heads, num_splits, split, GROUP, GROUP_PAD, S_L, O_L, P_L, STEPS, STORE_DIRECT, WARP1, TILE)
-
-    @gluon.jit
-    def _reduce_split(q_op, k_smem, v_smem, lens, start, steps, scale, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh,
-                      num_heads, num_splits, split, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, S_L: gl.constexpr,
-                      O_L: gl.constexpr, P_L: gl.constexpr, STEPS: gl.constexpr, STORE_DIRECT: gl.constexpr,
-                      WARP1: gl.constexpr, TILE: gl.constexpr):
-        """One split's keys in shared memory reduced and its partials stored, on four warps or one."""
-        if WARP1:
-            m_i, l_i, a0, a1, a2, a3 = _attend_warp(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, P_L, STEPS)
-            _store_warp(a0, a1, a2, a3, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads,
-                        num_splits, split, GROUP, GROUP_PAD, S_L)
-        else:
-            m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L, STEPS,
-                                          TILE)
-            _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
-                            split, GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT, TILE)
-
-    @gluon.jit
-    def _pv_chunk(p_a, v_smem, c: gl.constexpr, acc, L: gl.constexpr):
-        """acc [QR1, DC] + P V[:, c * DC : (c + 1) * DC] by mma.sync (keys in order, as one product over all dims)."""
-        v_b = v_smem.slice(c * _DC, _DC, dim=1).load(gl.DotOperandLayout(operand_index=1, parent=L, k_width=2))
-        return mma_v2(p_a, v_b, acc)
-
-    @gluon.jit
-    def _attend_warp(q_op, k_smem, v_smem, lens, start, steps, scale, L: gl.constexpr, P_L: gl.constexpr,
-                     STEPS: gl.constexpr):
-        """_attend_split on one warp: S = q K^T by mma.sync over four 32-dim chunks of the head (chained in dim order:
-        the 64-row tile's k steps), the same softmax, O in four 32-dim column chunks (independent columns) ->
-        (max, sum, O[:, 0:32], ..., O[:, 96:128]). Operands chunked so that one warp's registers hold them."""
-        m_i = gl.full([_QR1], float("-inf"), gl.float32, layout=gl.SliceLayout(1, L))
-        l_i = gl.zeros([_QR1], gl.float32, layout=gl.SliceLayout(1, L))
-        a0 = gl.zeros([_QR1, _DC], gl.float32, layout=L)
-        a1 = a0
-        a2 = a0
-        a3 = a0
-        kcol = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, L))
-        QA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=2)
-        KB: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=L, k_width=2)
-        for i in gl.static_range(STEPS):
-            if i < steps:
-                s = gl.zeros([_QR1, _BLOCK], gl.float32, layout=L)
-                for c in gl.static_range(_D // _DC):
-                    q_a = q_op.slice(c * _DC, _DC, dim=1).load(QA)  # [QR1, DC]
-                    k_b = k_smem.index(i).slice(c * _DC, _DC, dim=1).permute((1, 0)).load(KB)  # [DC, BLOCK]
-                    s = mma_v2(q_a, k_b, s)
-                p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i, lens, start + i * _BLOCK, kcol, scale)
-                p_a = gl.convert_layout(p.to(gl.bfloat16), P_L)
-                al = alpha[:, None]
-                a0 = _pv_chunk(p_a, v_smem.index(i), 0, a0 * al, L)
-                a1 = _pv_chunk(p_a, v_smem.index(i), 1, a1 * al, L)
-                a2 = _pv_chunk(p_a, v_smem.index(i), 2, a2 * al, L)
-                a3 = _pv_chunk(p_a, v_smem.index(i), 3, a3 * al, L)
-                m_i = m_new
-        return m_i, l_i, a0, a1, a2, a3
-
-    @gluon.jit
-    def _store_warp(a0, a1, a2, a3, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits,
-                    split, GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, L: gl.constexpr):
-        """_store_partials for the one-warp form: the four column chunks from their registers, then m and l."""
-        i = gl.arange(0, _QR1, layout=gl.SliceLayout(1, L))
-        d = gl.arange(0, _DC, layout=gl.SliceLayout(0, L))
-        live = (i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP) & has_block
-        base = ((lead + i // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + i % GROUP_PAD) * num_splits + split
-        out = acc_ptr + base[:, None] * _D + d[None, :]
-        gl.store(out, a0, mask=live[:, None])
-        gl.store(out + _DC, a1, mask=live[:, None])
-        gl.store(out + 2 * _DC, a2, mask=live[:, None])
-        gl.store(out + 3 * _DC, a3, mask=live[:, None])
-        gl.store(ml_ptr + base * 2, m_i, mask=live)
-        gl.store(ml_ptr + base * 2 + 1, l_i, mask=live)
-
-    @gluon.jit
-    def _softmax_step(s, m_i, l_i, lens, first, kcol, scale):
-        """One 64-key step of the online softmax over S [rows, BLOCK] (keys at positions first + kcol) -> (P, alpha,
-        new max, new sum); the row reductions run in the layout S comes in."""
-        s = s * scale
-        pos = first + kcol
-        s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp(m_i - m_use)
-        p = gl.exp(s - m_use[:, None])
-        return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+        m_i, l_i, acc = _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L, O_L, P_L, STEPS)
+        _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
+                        GROUP, GROUP_PAD, S_L, O_L, STORE_DIRECT)
 
     @gluon.jit
     def _attend_split(q_op, k_smem, v_smem, lens, start, steps, scale, S_L: gl.constexpr, O_L: gl.constexpr,
-                      P_L: gl.constexpr, STEPS: gl.constexpr, TILE: gl.constexpr = _QR):
+                      P_L: gl.constexpr, STEPS: gl.constexpr):
         """The Triton kernel's _split_body over the split's steps -> (max, sum, weighted values); q_op: the query
         tile in shared memory."""
-        m_i = gl.full([TILE], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_L))
-        l_i = gl.zeros([TILE], gl.float32, layout=gl.SliceLayout(1, S_L))
-        acc = gl.zeros([TILE, _D], gl.float32, layout=O_L)
+        m_i = gl.full([_QR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_L))
+        l_i = gl.zeros([_QR], gl.float32, layout=gl.SliceLayout(1, S_L))
+        acc = gl.zeros([_QR, _D], gl.float32, layout=O_L)
         kcol = gl.arange(0, _BLOCK, layout=gl.SliceLayout(0, S_L))
         for i in gl.static_range(STEPS):
             if i < steps:
                 s = warpgroup_mma(q_op, k_smem.index(i).permute((1, 0)),
-                                  gl.zeros([TILE, _BLOCK], gl.float32, layout=S_L), is_async=True)
+                                  gl.zeros([_QR, _BLOCK], gl.float32, layout=S_L), is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i, lens, start + i * _BLOCK, kcol, scale)
+                s = s * scale
+                pos = start + i * _BLOCK + kcol
+                s = gl.where(pos[None, :] < lens[:, None], s, float("-inf"))
+                m_new = gl.maximum(m_i, gl.max(s, 1))
+                m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.exp(m_i - m_use)
+                p = gl.exp(s - m_use[:, None])
+                l_i = l_i * alpha + gl.sum(p, 1)
                 scaled = acc * gl.convert_layout(alpha[:, None], O_L)  # [QR, 1]: as Triton converts it
                 acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_L), v_smem.index(i), scaled,
                                     is_async=True)
@@ -373,23 +254,23 @@ if AVAILABLE:
     @gluon.jit
     def _store_partials(acc, m_i, l_i, acc_ptr, ml_ptr, lead, n_rows, has_block, kvh, num_heads, num_splits, split,
                         GROUP: gl.constexpr, GROUP_PAD: gl.constexpr, S_L: gl.constexpr, O_L: gl.constexpr,
-                        STORE_DIRECT: gl.constexpr = False, TILE: gl.constexpr = _QR):
+                        STORE_DIRECT: gl.constexpr = False):
         """The split's partial softmax state of the live tile rows to the workspace (the Triton kernel's layout).
         STORE_DIRECT: the weighted values stored from the wgmma accumulator's registers, with no layout conversion
         through shared memory first (the same values: a store moves them, it does not round them)."""
         if STORE_DIRECT:
             out = acc
-            i = gl.arange(0, TILE, layout=gl.SliceLayout(1, O_L))
+            i = gl.arange(0, _QR, layout=gl.SliceLayout(1, O_L))
             d = gl.arange(0, _D, layout=gl.SliceLayout(0, O_L))
         else:
             ST: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
             out = gl.convert_layout(acc, ST)
-            i = gl.arange(0, TILE, layout=gl.SliceLayout(1, ST))
+            i = gl.arange(0, _QR, layout=gl.SliceLayout(1, ST))
             d = gl.arange(0, _D, layout=gl.SliceLayout(0, ST))
         live = (i // GROUP_PAD < n_rows) & (i % GROUP_PAD < GROUP) & has_block
         base = ((lead + i // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + i % GROUP_PAD) * num_splits + split
         gl.store(acc_ptr + base[:, None] * _D + d[None, :], out, mask=live[:, None])
-        si = gl.arange(0, TILE, layout=gl.SliceLayout(1, S_L))
+        si = gl.arange(0, _QR, layout=gl.SliceLayout(1, S_L))
         s_live = (si // GROUP_PAD < n_rows) & (si % GROUP_PAD < GROUP) & has_block
         s_base = ((lead + si // GROUP_PAD).to(gl.int64) * num_heads + kvh * GROUP + si % GROUP_PAD) * num_splits \
             + split

@@ -84,12 +84,10 @@ GLUON_STORE_DIRECT = True
 # code in 45fdb03). A split's arithmetic, not its loads, bounds a program walking several splits. Session 30: the
 # Gluon split in a swapped form for 1-2 rows (GLUON_SWAP: keys as wgmma's 64 rows, S^T [64 keys, 8 rows], the row sums
 # in the 64-row tile's order; the same bits, an eighth of the products): 4B decode at 1k 2.502/2.499 -> 2.541/2.536
-# ms/token (swap_ab_h200_2026-12-02_session30.json; code in c86fb9e). So not the arithmetic's size either.
-# (staged, session 30) the Gluon split's one-step form on one warp for calls of at most gluon_split.CR rows whose tile fits 16 query rows
-# (a lone decode row, 2-4 rows): mma.sync on a 16-row tile, whose accumulator gives each row what one warp of the
-# 64-row wgmma tile gives it (the same sums in the same order), no warpgroup operations or fences, 36 KB of shared
-# memory instead of 48, 32 threads a program. Staged, off (session 30): its GPU bits tests and A/B have not run.
-GLUON_WARP1 = False
+# ms/token (swap_ab_h200_2026-12-02_session30.json; code in c86fb9e). So not the arithmetic's size either. Session 31:
+# the one-step split on one warp for at most 8 rows (GLUON_WARP1: mma.sync m16n8k16 on a 16-row tile, 36 KB, no
+# warpgroup operations; the same bits): 1k decode 2.501/2.505 -> 2.605/2.603 ms/token
+# (warp1_ab_h200_2026-12-02_session31.json; code in 0a9fa9a).
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
 # ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
@@ -505,15 +503,13 @@ def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: i
             and gluon_split.supports(q, k_cache, v_cache, group_pad, rows_per_pass, passes)):
         g_programs = min(programs * iters, GLUON_PROGRAMS)  # (programs * iters: the splits, rounded to a power of 2)
         grid = (g_programs, hkv, lead.shape[0]) if GLUON_BLOCK_LAST else (lead.shape[0], hkv, g_programs)
-        steps = 1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS
-        warp1 = GLUON_WARP1 and steps == 1 and t <= gluon_split.CR and t * group_pad <= gluon_split.QR1
         gluon_split._gluon_split_kernel[grid](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, first_written, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), block_tables.stride(0), page_size, splits,
             hq, t, GROUP=group, GROUP_PAD=group_pad, **fine, PROGRAMS=g_programs,
             ITERS=triton.cdiv(programs * iters, g_programs), BLOCK_LAST=GLUON_BLOCK_LAST,
-            STEPS=steps, STORE_DIRECT=GLUON_STORE_DIRECT, WARP1=warp1, num_warps=1 if warp1 else 4,
-            **pdl_args("split"))
+            STEPS=1 if GLUON_ONE_STEP and max_kv_len <= FINE_END else gluon_split.MAX_STEPS,
+            STORE_DIRECT=GLUON_STORE_DIRECT, num_warps=4, **pdl_args("split"))
     else:
         _split_kernel[(lead.shape[0], hkv, programs)](
             q, k_cache, v_cache, block_tables, row_seq, row_kv_len, lead, rows, acc, ml, scale, q.stride(0),
