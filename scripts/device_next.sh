@@ -18,8 +18,10 @@
 # (much slower, removed; code in 45fdb03), the end run's core GPU tests (16) and the 4B bench (kernels_*_session29.json),
 # and two settings A/Bs (retune_ab_*, long_programs_ab_*). Session 30 ran the swapped Gluon split (same bits, slower,
 # removed; swap_ab_*), o at split-K 16 (much slower; o16_ab_*), 1 and 25 (all 51 GPU tests passed; the end run,
-# kernels_*_session30.json) and a lone row's split programs at 128 (8k -0.6%: shipped; p128_ab_*). Next: 34 (staged:
-# the one-warp Gluon split), then 1 and 25 after any change (the end run).
+# kernels_*_session30.json) and a lone row's split programs at 128 (8k -0.6%: shipped; p128_ab_*). Session 31 ran 34 (the one-warp
+# Gluon split: same bits, slower; removed; warp1_ab_*), o's late programs unpaced (equal; removed; pace_first_ab_*),
+# the norm before qkv at mode 3 (slower; nq3_ab_*), then 1 and 25 (all 51 GPU tests passed; 1k 80.1% of that machine's
+# floor; kernels_*_session31.json). Next: 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
