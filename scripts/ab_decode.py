@@ -336,6 +336,18 @@ VARIANTS["store_direct"] = {(triton_attention, "GLUON_STORE_DIRECT"): True}  # (
 # (session 31: the one-warp Gluon split, "warp1", slower: removed, code in 0a9fa9a, warp1_ab_*_session31.json)
 # (session 31: o's first N programs pacing in the 1280-key graph, "pf268"/"pf224"/"pf160": equal or slower, removed;
 # code in 08b14ef, pace_first_ab_h200_2026-12-02_session31.json)
+
+
+def _in_1280(**settings) -> dict:
+    """The shipped short graphs with these "module.NAME" settings added to the 1280-key graph's."""
+    return {(graphs, "SHORT_BOUNDS"): tuple((b, {**st, **settings} if b == 1280 else st)
+                                            for b, st in graphs.SHORT_BOUNDS)}
+
+
+# (staged in session 31) o's fill before its wait with 2 or 3 tiles per program in flight in the 1280-key graph only:
+# session 22 (before the sized graphs) read 2 tiles at 1k 2.601 against 2.608 ms replay for 1 (paced_ab_*_repeat)
+VARIANTS["pace2_1280"] = _in_1280(**{"gluon_gemv.PACED": {O: 2}})
+VARIANTS["pace3_1280"] = _in_1280(**{"gluon_gemv.PACED": {O: 3}})
 # (session 30: the swapped Gluon split, "swap", slower and removed, code in c86fb9e; o_s16 beside it, "swap_o16", and
 # alone much slower: o16_ab_h200_2026-12-02_session30.json)
 VARIANTS["short_t18"] = {(graphs, "SHORT_TIERS"): (1, 8), (graphs, "SHORT_TIER_BOUND"): {}}

@@ -21,7 +21,8 @@
 # kernels_*_session30.json) and a lone row's split programs at 128 (8k -0.6%: shipped; p128_ab_*). Session 31 ran 34 (the one-warp
 # Gluon split: same bits, slower; removed; warp1_ab_*), o's late programs unpaced (equal; removed; pace_first_ab_*),
 # the norm before qkv at mode 3 (slower; nq3_ab_*), then 1 and 25 (all 51 GPU tests passed; 1k 80.1% of that machine's
-# floor; kernels_*_session31.json). Next: 1 and 25 after any change (the end run).
+# floor; kernels_*_session31.json). Next: 36 (staged: o's fill
+# at 2 or 3 tiles in flight), then 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -61,6 +62,8 @@
 # 29. (staged in session 25) decode rows moved on by the graph's argmax (graphs.ADVANCE), and their tokens written to
 #    pinned host memory by it (RING_READBACK): the GPU tests of plain decoding with both on, the A/B of decode
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
+# 36. (staged in session 31) o's ring fill before its wait with 2 or 3 tiles per program in flight (gluon_gemv.PACED)
+#    in the lone row's 1280-key graph only: the 4B A/B at 1k
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -160,6 +163,9 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
     $OUT/advance_ab.json qwen3-4b base advance advance_ring base#2 advance#2 advance_ring#2 2>&1 | grep "ctx "
   SPARKDEC_GRAPH_ADVANCE=1 SPARKDEC_GRAPH_RING=1 timeout 120 python scripts/decode_loop_gaps.py \
     $OUT/decode_loop_gaps_advance.json 2>&1 | grep -v Warn | tail -16
+elif [ "$1" = 36 ]; then  # (staged in session 31) o's fill at 2 or 3 tiles per program in flight, 1280-key graph only
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 300 python scripts/ab_decode.py $OUT/pace23_ab.json \
+    qwen3-4b base pace2_1280 pace3_1280 base#2 pace2_1280#2 pace3_1280#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
