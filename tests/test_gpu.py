@@ -816,7 +816,7 @@ def test_gluon_split_one_step_buffers_give_the_same_bits(monkeypatch):
         monkeypatch.setattr(ta, "GLUON_SPLIT", False)
         want = ta.triton_paged_attention(*one)
         monkeypatch.setattr(ta, "GLUON_SPLIT", True)
-        for one_step, direct in ((False, False), (True, False), (True, True)):
+        for one_step, direct in ((False, False), (True, False), (True, True), (False, True)):
             monkeypatch.setattr(ta, "GLUON_ONE_STEP", one_step)
             monkeypatch.setattr(ta, "GLUON_STORE_DIRECT", direct)
             assert torch.equal(ta.triton_paged_attention(*one, first_written=ctx.positions[r:r + 1]), want), r
