@@ -162,6 +162,7 @@ for _p in (0, 1, 2):
     VARIANTS[f"gu_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: _p}}
     VARIANTS[f"qkv_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {QKV: _p}}
     VARIANTS[f"o_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {O: _p}}  # (session 21: o's ring fill during the split)
+VARIANTS["gu_pre3"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: 3}}  # (session 32: 3 of gate_up's 4 tiles, retested)
 # (session 21: o's ring fill held 0.5-3 us at its start, "o_delay*", no faster at 1k: o_delay_ab_*_session21.json;
 # code in commit e077e0d)
 # session 22: the same fills, but each program's tiles requested one at a time (gluon_gemv.PACED: at most one tile per

@@ -166,6 +166,11 @@ elif [ "$1" = 29 ]; then  # (staged in session 25) decode rows moved on by the g
 elif [ "$1" = 36 ]; then  # (staged in session 31) o's fill at 2 or 3 tiles per program in flight, 1280-key graph only
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 300 python scripts/ab_decode.py $OUT/pace23_ab.json \
     qwen3-4b base pace2_1280 pace3_1280 base#2 pace2_1280#2 pace3_1280#2 2>&1 | grep "ctx "
+elif [ "$1" = 37 ]; then  # (session 32) gate_up's pre-wait fill at 2 or 3 of its 4 tiles, then the Qwen3-8B bench
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 230 python scripts/ab_decode.py $OUT/gu_pre_ab.json \
+    qwen3-4b base gu_pre2 gu_pre3 base#2 gu_pre2#2 gu_pre3#2 2>&1 | grep "ctx "
+  timeout 200 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
+    --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
