@@ -162,7 +162,9 @@ for _p in (0, 1, 2):
     VARIANTS[f"gu_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: _p}}
     VARIANTS[f"qkv_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {QKV: _p}}
     VARIANTS[f"o_pre{_p}"] = {(gluon_gemv, "PREFETCH"): {O: _p}}  # (session 21: o's ring fill during the split)
-VARIANTS["gu_pre3"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: 3}}  # (session 32: 3 of gate_up's 4 tiles, retested)
+# (session 32, today's code: gate_up filling 2 or 3 of its 4 tiles before its wait is slower, 1k decode 2.508/2.507 ->
+# 2.530/2.522 and 2.527/2.517 ms/token; gu_pre_ab_h200_2026-12-02_session32.json)
+VARIANTS["gu_pre3"] = {(gluon_gemv, "PREFETCH"): {GATE_UP: 3}}
 # (session 21: o's ring fill held 0.5-3 us at its start, "o_delay*", no faster at 1k: o_delay_ab_*_session21.json;
 # code in commit e077e0d)
 # session 22: the same fills, but each program's tiles requested one at a time (gluon_gemv.PACED: at most one tile per
@@ -345,8 +347,8 @@ def _in_1280(**settings) -> dict:
                                             for b, st in graphs.SHORT_BOUNDS)}
 
 
-# (staged in session 31) o's fill before its wait with 2 or 3 tiles per program in flight in the 1280-key graph only:
-# session 22 (before the sized graphs) read 2 tiles at 1k 2.601 against 2.608 ms replay for 1 (paced_ab_*_repeat)
+# (session 32) o's fill before its wait with 2 or 3 tiles per program in flight in the 1280-key graph only: slower, 1k
+# decode 2.475/2.468 -> 2.494/2.479 (2) and 2.521/2.524 (3) ms/token (pace23_ab_h200_2026-12-02_session32.json)
 VARIANTS["pace2_1280"] = _in_1280(**{"gluon_gemv.PACED": {O: 2}})
 VARIANTS["pace3_1280"] = _in_1280(**{"gluon_gemv.PACED": {O: 3}})
 # (session 30: the swapped Gluon split, "swap", slower and removed, code in c86fb9e; o_s16 beside it, "swap_o16", and
