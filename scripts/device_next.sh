@@ -24,7 +24,7 @@
 # floor; kernels_*_session31.json). Session 32 ran 36 (o's fill at 2 or 3 tiles in flight: slower; pace23_ab_*), 1
 # and 25 (all 51 GPU tests passed; 1k 78.5%; kernels_*_session32.json) and 37 (gate_up's partial fill: slower;
 # gu_pre_ab_*; the 8B bench, kernels_*_session32_qwen3-8b.json). Next: 2 (the kernel timeline at today's code: the
-# last one is session 22's), then 1 and 25 after any change (the end run).
+# last one is session 23's), then 1 and 25 after any change (the end run).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
