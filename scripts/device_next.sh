@@ -66,6 +66,8 @@
 #    ms/token at 1k and 8k (advance, advance_ring), and the decode loop's gaps with both on
 # 36. (staged in session 31) o's ring fill before its wait with 2 or 3 tiles per program in flight (gluon_gemv.PACED)
 #    in the lone row's 1280-key graph only: the 4B A/B at 1k
+# 37. (session 32) gate_up's ring fill before its wait at 2 or 3 of its 4 tiles (gluon_gemv.PREFETCH): the 4B A/B at
+#    1k, then step 8
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -171,8 +173,7 @@ elif [ "$1" = 36 ]; then  # (staged in session 31) o's fill at 2 or 3 tiles per 
 elif [ "$1" = 37 ]; then  # (session 32) gate_up's pre-wait fill at 2 or 3 of its 4 tiles, then the Qwen3-8B bench
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 230 python scripts/ab_decode.py $OUT/gu_pre_ab.json \
     qwen3-4b base gu_pre2 gu_pre3 base#2 gu_pre2#2 gu_pre3#2 2>&1 | grep "ctx "
-  timeout 200 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
-    --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
+  bash "$0" 8
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

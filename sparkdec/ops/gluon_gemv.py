@@ -213,10 +213,11 @@ PACED_ROWS = 1
 # split only when its programs leave, filling at once: equal at N = 268, slower below, o unpaced in the 1280-key graph
 # slowest; pace_first_ab_h200_2026-12-02_session31.json, code in 08b14ef)
 # (weight rows, K) -> the ring's stages for launches of at most PACED_ROWS rows (not listed: the table's). Empty here;
-# engine/graphs.SHORT_BOUNDS sets the 4B o product's to 3 for the lone row's 1280-key graph, where o launches during
-# the attention chain beside the Gluon split's 96 KB programs: a shallower ring lets more of its programs be resident
-# (and fill) before the split's leave (1k decode -1.4%; slower at 2k and for 8 rows: lone3_ab_*, smem_ab_*_session23).
-# The same tiles in the same order: the same bits.
+# engine/graphs.SHORT_BOUNDS sets the 4B o product's to 3 in its 2048-key graph, where o launches during the attention
+# chain beside the Gluon split's programs: a shallower ring lets more of its programs be resident (and fill) before
+# the split's leave (session 23, then unsized, 1k -1.4%: lone3_ab_*, smem_ab_*_session23; since session 24 the sized
+# 1280-key graph keeps 4 stages: sized_bound_ab_*_session24, retune_ab_*_session29). The same tiles in the same order:
+# the same bits.
 LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
