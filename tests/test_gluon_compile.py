@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False, pace=0):
+                 pre=None, defer=False, pace=0, tiled=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -25,7 +25,7 @@ def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, res
     ints = ["M", "N", "stride_xm", "stride_om", "stride_rm"]
     consts = {"K": k, "SILU": silu, "RESIDUAL": residual, "PDL": pdl, "SPLIT_K": split, "STAGES": stages,
               "PRE": stages if pre is None else pre, "MP": mp,
-              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "num_warps": 4}
+              "XRING": bool(xring), "DEFER": defer, "PACE": pace, "TILED": tiled, "num_warps": 4}
     sig = {"w_desc": f"tensordesc<bf16[{bn},{bk}],{wl!r}>", "x_desc": f"tensordesc<bf16[{mp},{bk}],{xl!r}>",
            "x_ptr": "*bf16", "out_ptr": "*bf16", "res_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            **{name: "i32" for name in ints}, **{name: "constexpr" for name in consts}}
@@ -54,6 +54,8 @@ def local_bytes(cubin: bytes) -> int:
     dict(stages=4, pre=2, pace=1),                     # paced, two stages before the wait
     dict(k=1024, stages=6, pace=1),                    # paced, a ring deeper than the program's tiles
     dict(bk=256, stages=3, split=2, defer=True),       # qkv at split-K 2, slices left for RoPE (no residual)
+    dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True),  # weights stored tile by tile
+    dict(k=4096, split=8, residual=True, defer=True, pace=1, tiled=True),    # tile by tile, paced
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)
@@ -155,3 +157,19 @@ def test_gluon_split_store_direct_skips_the_layout_round_trip():
     assert local_bytes(direct.asm["cubin"]) == 0
     assert direct.asm["ptx"].count("bar.sync") < converted.asm["ptx"].count("bar.sync")
     assert direct.asm["ptx"].count("ld.shared") < converted.asm["ptx"].count("ld.shared")
+
+
+def test_tiled_copy_puts_each_tile_in_one_block():
+    """gluon_gemv.tiled_copy: tile (i, j) of W is rows (i * K / BK + j) * BN onwards of the copy, contiguous."""
+    import torch
+
+    from sparkdec.ops import gluon_gemv as gg
+
+    w = torch.randn(128, 512).to(torch.bfloat16)
+    t = gg.tiled_copy(w, 64, 128)
+    assert t.shape == (128 * 512 // 128, 128) and t.is_contiguous()
+    for i in range(2):
+        for j in range(4):
+            assert torch.equal(t[(i * 4 + j) * 64:(i * 4 + j + 1) * 64], w[i * 64:(i + 1) * 64, j * 128:(j + 1) * 128])
+    with pytest.raises(AssertionError, match="whole number"):
+        gg.tiled_copy(w[:, :500], 64, 128)

@@ -74,6 +74,17 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
+    def _w_request(w_desc, pid_n, k, bar, dst, pred, K: gl.constexpr, TILED: gl.constexpr):
+        """Weight tile (pid_n, columns k:) -> dst. TILED: W is stored tile by tile ([N / BN, K / BK, BN, BK]
+        contiguous, seen as [N / BN * K / BK * BN, BK]), so a tile is one contiguous block of HBM."""
+        BN: gl.constexpr = w_desc.block_type.shape[0]
+        BK: gl.constexpr = w_desc.block_type.shape[1]
+        if TILED:
+            _request(w_desc, (pid_n * (K // BK) + k // BK) * BN, 0, bar, dst, pred)
+        else:
+            _request(w_desc, pid_n * BN, k, bar, dst, pred)
+
+    @gluon.jit
     def _paced_landed(pace, ready, j, PACE: gl.constexpr):
         """Wait for weight tile j (on pace barrier j % PACE), then count it as its stage's weight arrival on `ready`
         (a plain arrive: the stage still waits for its x tile where x rides in the ring)."""
@@ -81,14 +92,14 @@ if AVAILABLE:
         mbarrier.arrive(ready.index(j))
 
     @gluon.jit
-    def _paced_fill(w_desc, w_ring, ready, pace, row, k_begin, FILL: gl.constexpr, BK: gl.constexpr,
-                    PACE: gl.constexpr):
+    def _paced_fill(w_desc, w_ring, ready, pace, pid_n, k_begin, FILL: gl.constexpr, BK: gl.constexpr,
+                    PACE: gl.constexpr, K: gl.constexpr, TILED: gl.constexpr):
         """The ring's first FILL weight tiles with at most PACE in flight: tile j is requested once tile j - PACE has
         landed. The last PACE are left in flight (_paced_drain)."""
         for j in gl.static_range(FILL):
             if j >= PACE:
                 _paced_landed(pace, ready, j - PACE, PACE)
-            _request(w_desc, row, k_begin + j * BK, pace.index(j % PACE), w_ring.index(j), True)
+            _w_request(w_desc, pid_n, k_begin + j * BK, pace.index(j % PACE), w_ring.index(j), True, K, TILED)
 
     @gluon.jit
     def _paced_drain(pace, ready, FILL: gl.constexpr, PACE: gl.constexpr):
@@ -117,7 +128,8 @@ if AVAILABLE:
     def _gemv_kernel(w_desc, x_desc, x_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_om, stride_rm,
                      K: gl.constexpr, SILU: gl.constexpr, RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                      SPLIT_K: gl.constexpr, STAGES: gl.constexpr, PRE: gl.constexpr, MP: gl.constexpr,
-                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, num_warps: gl.constexpr):
+                     XRING: gl.constexpr, DEFER: gl.constexpr, PACE: gl.constexpr, TILED: gl.constexpr,
+                     num_warps: gl.constexpr):
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
         NK: gl.constexpr = K // SPLIT_K // BK  # weight tiles per program
@@ -136,16 +148,16 @@ if AVAILABLE:
             for j in gl.static_range(PACE):
                 mbarrier.init(pace.index(j), count=1)
             FILL: gl.constexpr = PRE if PRE < NK else NK  # the tiles requested before the wait
-            _paced_fill(w_desc, w_ring, ready, pace, pid_n * BN, k_begin, FILL, BK, PACE)
+            _paced_fill(w_desc, w_ring, ready, pace, pid_n, k_begin, FILL, BK, PACE, K, TILED)
         else:
             for j in gl.static_range(PRE):
-                _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
+                _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, K, TILED)
         if PDL:
             gdc_wait()
             if PDL == 2:
                 gdc_launch_dependents()
         for j in gl.static_range(PRE, STAGES):
-            _request(w_desc, pid_n * BN, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK)
+            _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, K, TILED)
         if XRING:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
             for j in gl.static_range(STAGES):
@@ -166,7 +178,7 @@ if AVAILABLE:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             # stage s is free again: request the tiles STAGES ahead
             more = i + STAGES < NK
-            _request(w_desc, pid_n * BN, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more)
+            _w_request(w_desc, pid_n, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more, K, TILED)
             if XRING:
                 _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
         if PDL == 1:
@@ -219,6 +231,10 @@ PACED_ROWS = 1
 # 1280-key graph keeps 4 stages: sized_bound_ab_*_session24, retune_ab_*_session29). The same tiles in the same order:
 # the same bits.
 LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
+# row-major weight's data_ptr -> (its tile-by-tile copy, BN, BK) (tiled_copy): the product reads that copy instead, each
+# [BN, BK] tile one contiguous 16 KB block. Session 33's probe (scripts/tiled_weights_probe.py) asks whether HBM
+# streams such blocks faster than a tile's BN row segments of 2 * BK bytes; nothing registers copies yet
+TILED_WEIGHTS: dict[int, tuple[torch.Tensor, int, int]] = {}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -258,6 +274,14 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     return cfg
 
 
+def tiled_copy(weight: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
+    """W [N, K] -> its tiles in (row tile, K tile) order, [N / bn * K / bk * bn, bk] (tile (i, j) at rows
+    (i * K / bk + j) * bn onwards): the same values, so the same products bit for bit."""
+    n, k = weight.shape
+    assert n % bn == 0 and k % bk == 0, f"tiled_copy: {tuple(weight.shape)} is not a whole number of [{bn}, {bk}] tiles"
+    return weight.view(n // bn, bn, k // bk, bk).permute(0, 2, 1, 3).contiguous().view(-1, bk)
+
+
 def _descriptor(t: torch.Tensor, rows: int, cols: int):
     """The TMA descriptor of a 2-D bf16 tensor (weights or x) in [rows, cols] boxes (cached: it encodes only address,
     shape and strides)."""
@@ -288,11 +312,14 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
     pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
-    _gemv_kernel[(tiles, split_k)](_descriptor(weight, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
+    tiled = TILED_WEIGHTS.get(weight.data_ptr())
+    tiled = tiled[0] if tiled is not None and tiled[1:] == (bn, bk) else None
+    _gemv_kernel[(tiles, split_k)](_descriptor(weight if tiled is None else tiled, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=pace, num_warps=4, **extra)
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, TILED=tiled is not None, num_warps=4,
+                                   **extra)
     return ws if defer else out
 
 
