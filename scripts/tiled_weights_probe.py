@@ -1,11 +1,12 @@
 """Device probe (session 33): does HBM stream the Gluon products' weights faster stored tile by tile?
 
 A row-major [N, K] weight gives each [64, 128] TMA tile as 64 row segments of 256 bytes, 5-20 KB apart; stored tile
-by tile (gluon_gemv.tiled_copy) the same tile is one contiguous 16 KB block. Same values, same products: the probe
+by tile (gluon_gemv.tiled_copy) the same tile is one contiguous 16 KB block, a row of tiles after another (order 1) or
+the tiles of one K step side by side (order 2, "kmajor"). Same values, same products: the probe
 checks the bits. It times, in one run, against the copy bandwidth measured first:
 - each Qwen3-4B layer product at 1 row, alone (CUDA-graph replays over distinct weight copies, PDL as shipped);
 - the 36-layer chain of the four products with the real layer's two RMSNorm kernels (chain4_norms of
-  scripts/product_chain_probe.py), row-major and tiled, alternated twice.
+  scripts/product_chain_probe.py), row-major and both orders, alternated twice.
 usage: python scripts/tiled_weights_probe.py OUT.json
 """
 from __future__ import annotations
@@ -22,24 +23,26 @@ from sparkdec.ops import gluon_gemv as gg
 from sparkdec.ops.triton_fused import rms_norm
 
 DEV, DT, LAYERS = "cuda", torch.bfloat16, 36
+TAGS = ["rows", "tiled", "kmajor"]  # by tiled_copy order (0: the row-major weight)
+ORDERS = [0, 1, 2, 0, 1, 2]
 
 
-def register(weights: list[torch.Tensor], on: bool) -> None:
-    """Give the Gluon product the tile-by-tile copy of each weight (on) or none (off)."""
+def register(weights: list[torch.Tensor], order: int) -> None:
+    """Give the Gluon product the tile-by-tile copy of each weight in this order (0: none, row-major)."""
     gg.TILED_WEIGHTS.clear()
-    if on:
+    if order:
         for w in weights:
             bn, bk = gg.CONFIGS[tuple(w.shape)][:2]
-            gg.TILED_WEIGHTS[w.data_ptr()] = (gg.tiled_copy(w, bn, bk), bn, bk)
+            gg.TILED_WEIGHTS[w.data_ptr()] = (gg.tiled_copy(w, bn, bk, order), bn, bk, order)
 
 
-def product_alone(n: int, k: int, kw: dict, tiled: bool, copies: int) -> tuple[float, int]:
+def product_alone(n: int, k: int, kw: dict, order: int, copies: int) -> tuple[float, int]:
     """(us per launch over `copies` distinct weights in one graph, elements differing from the row-major product)."""
     ws = [torch.randn(n, k, device=DEV, dtype=DT) / k ** 0.5 for _ in range(copies)]
     x = torch.randn(8, k, device=DEV, dtype=DT)
     r = torch.randn(8, n // 2 if kw.get("silu") else n, device=DEV, dtype=DT)
     ref = [run(x[:m], ws[0], kw, r, True).clone() for m in (1, 8)]
-    register(ws, tiled)
+    register(ws, order)
     diffs = sum(int((run(x[:m], ws[0], kw, r, True) != want).sum()) for m, want in zip((1, 8), ref))
     x1 = x[:1]
     for w in ws:
@@ -51,7 +54,7 @@ def product_alone(n: int, k: int, kw: dict, tiled: bool, copies: int) -> tuple[f
             run(x1, w, kw, r, True)
     us = replay_ms(g) * 1e3 / copies
     del g
-    register([], False)
+    register([], 0)
     return us, diffs
 
 
@@ -83,13 +86,13 @@ def main() -> None:
     for name, (n, k, kw) in prods.items():
         copies = max(4, int(400e6 // (n * k * 2)))
         row = {"floor_us": n * k * 2 / bw * 1e6}
-        for tiled in (False, True, False, True):
-            us, diffs = product_alone(n, k, kw, tiled, copies)
-            tag = "tiled" if tiled else "rows"
+        for order in ORDERS:
+            us, diffs = product_alone(n, k, kw, order, copies)
+            tag = TAGS[order]
             row.setdefault(f"{tag}_us", []).append(us)
             row[f"{tag}_differing"] = row.get(f"{tag}_differing", 0) + diffs
-        row["rows_TBps"] = n * k * 2 / min(row["rows_us"]) / 1e6
-        row["tiled_TBps"] = n * k * 2 / min(row["tiled_us"]) / 1e6
+        for tag in TAGS:
+            row[f"{tag}_TBps"] = n * k * 2 / min(row[f"{tag}_us"]) / 1e6
         res["products"][name] = row
         print(name, {a: (round(b, 3) if isinstance(b, float) else b) for a, b in row.items()}, flush=True)
         torch.cuda.empty_cache()
@@ -99,16 +102,16 @@ def main() -> None:
     layer_bytes = sum(n * k * 2 for n, k, _ in prods.values())
     res["chain"]["floor_ms"] = LAYERS * layer_bytes / bw * 1e3
     outs = {}
-    for tiled in (False, True, False, True):
-        register(flat, tiled)
+    for order in ORDERS:
+        register(flat, order)
         forward = layer_chain(weights)
         ms = timed(forward)
-        tag = "tiled" if tiled else "rows"
+        tag = TAGS[order]
         res["chain"].setdefault(f"{tag}_ms", []).append(ms)
         outs.setdefault(tag, forward().clone())
         print("chain4_norms", tag, round(ms, 4), "ms", round(res["chain"]["floor_ms"] / ms, 4), "of floor", flush=True)
-    register([], False)
-    res["chain"]["outputs_equal"] = bool(torch.equal(outs["rows"], outs["tiled"]))
+    register([], 0)
+    res["chain"]["outputs_equal"] = all(torch.equal(outs["rows"], o) for o in outs.values())
     print("chain outputs equal:", res["chain"]["outputs_equal"])
     with open(out, "w") as f:
         json.dump(res, f, indent=1)

@@ -74,6 +74,11 @@ class ModelRunner:
         layers = list(self.target.model.layers) + (list(self.drafter.layers) if self.drafter is not None else [])
         for layer in layers:
             layer.fuse()
+        from sparkdec.ops import gluon_gemv
+
+        if gluon_gemv.TILE_ORDER or gluon_gemv.TILED_WEIGHTS:  # (an A/B switch: gluon_gemv.TILE_ORDER)
+            gluon_gemv.register_tiled([w for layer in self.target.model.layers for w in layer.product_weights()],
+                                      gluon_gemv.TILE_ORDER)
 
     def enable_graphs(self, max_seqs: int) -> None:
         """Capture verify and propose graphs; if capture fails, warn and stay eager (same results, slower)."""

@@ -120,6 +120,12 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Qwen3MLP(cfg)
 
+    def product_weights(self) -> list[torch.Tensor]:
+        """The weights the layer's decode products read (after fuse)."""
+        attn, mlp = self.self_attn, self.mlp
+        return [w for w in (attn.qkv_weight, attn.o_proj.weight, mlp.gate_up_weight, mlp.down_proj.weight)
+                if w is not None]
+
     def fuse(self) -> None:
         self.self_attn.fuse()
         self.mlp.fuse()

@@ -75,12 +75,15 @@ if AVAILABLE:
 
     @gluon.jit
     def _w_request(w_desc, pid_n, k, bar, dst, pred, K: gl.constexpr, TILED: gl.constexpr):
-        """Weight tile (pid_n, columns k:) -> dst. TILED: W is stored tile by tile ([N / BN, K / BK, BN, BK]
-        contiguous, seen as [N / BN * K / BK * BN, BK]), so a tile is one contiguous block of HBM."""
+        """Weight tile (pid_n, columns k:) -> dst. TILED: W is stored tile by tile, so a tile is one contiguous block
+        of HBM: 1, [N / BN, K / BK, BN, BK] (a row of tiles after another); 2, [K / BK, N / BN, BN, BK] (the tiles
+        of one K step side by side); either seen as [N / BN * K / BK * BN, BK] (tiled_copy)."""
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
-        if TILED:
+        if TILED == 1:
             _request(w_desc, (pid_n * (K // BK) + k // BK) * BN, 0, bar, dst, pred)
+        elif TILED == 2:
+            _request(w_desc, (k // BK * gl.num_programs(0) + pid_n) * BN, 0, bar, dst, pred)
         else:
             _request(w_desc, pid_n * BN, k, bar, dst, pred)
 
@@ -231,10 +234,14 @@ PACED_ROWS = 1
 # 1280-key graph keeps 4 stages: sized_bound_ab_*_session24, retune_ab_*_session29). The same tiles in the same order:
 # the same bits.
 LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
-# row-major weight's data_ptr -> (its tile-by-tile copy, BN, BK) (tiled_copy): the product reads that copy instead, each
+# row-major weight's data_ptr -> (its tile-by-tile copy, BN, BK, order) (tiled_copy): the product reads that copy instead, each
 # [BN, BK] tile one contiguous 16 KB block. Session 33's probe (scripts/tiled_weights_probe.py) asks whether HBM
 # streams such blocks faster than a tile's BN row segments of 2 * BK bytes; nothing registers copies yet
-TILED_WEIGHTS: dict[int, tuple[torch.Tensor, int, int]] = {}
+TILED_WEIGHTS: dict[int, tuple[torch.Tensor, int, int, int]] = {}
+# the order (1 or 2, tiled_copy) in which ModelRunner.fuse_weights gives the target's layer products tiled copies
+# (0: none). An A/B switch: the copies sit beside the row-major weights, which prefill and the Triton path still read
+TILE_ORDER = 0
+TILE_ONLY: set[tuple[int, int]] | None = None  # the weight shapes that get copies (None: every shape in CONFIGS)
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -274,12 +281,22 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     return cfg
 
 
-def tiled_copy(weight: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
-    """W [N, K] -> its tiles in (row tile, K tile) order, [N / bn * K / bk * bn, bk] (tile (i, j) at rows
-    (i * K / bk + j) * bn onwards): the same values, so the same products bit for bit."""
+def tiled_copy(weight: torch.Tensor, bn: int, bk: int, order: int = 1) -> torch.Tensor:
+    """W [N, K] -> its [bn, bk] tiles, each contiguous, as [N / bn * K / bk * bn, bk]: order 1, tile (i, j) at rows
+    (i * K / bk + j) * bn onwards; order 2, at (j * N / bn + i) * bn. The same values: the same products bit for bit."""
     n, k = weight.shape
     assert n % bn == 0 and k % bk == 0, f"tiled_copy: {tuple(weight.shape)} is not a whole number of [{bn}, {bk}] tiles"
-    return weight.view(n // bn, bn, k // bk, bk).permute(0, 2, 1, 3).contiguous().view(-1, bk)
+    tiles = weight.view(n // bn, bn, k // bk, bk)  # [row tile, bn, K tile, bk]
+    return tiles.permute(*((0, 2, 1, 3) if order == 1 else (2, 0, 1, 3))).contiguous().view(-1, bk)
+
+
+def register_tiled(weights, order: int) -> None:
+    """Forget every tiled copy, then (order > 0) make one of each weight the Gluon product runs whole tiles of."""
+    TILED_WEIGHTS.clear()
+    for w in weights if order else ():
+        cfg = CONFIGS.get(tuple(w.shape)) if TILE_ONLY is None or tuple(w.shape) in TILE_ONLY else None
+        if cfg is not None and w.is_contiguous() and w.shape[0] % cfg[0] == 0 and w.shape[1] % cfg[1] == 0:
+            TILED_WEIGHTS[w.data_ptr()] = (tiled_copy(w, cfg[0], cfg[1], order), cfg[0], cfg[1], order)
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int):
@@ -313,12 +330,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     extra = {"launch_pdl": True} if pdl else {}
     pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
     tiled = TILED_WEIGHTS.get(weight.data_ptr())
-    tiled = tiled[0] if tiled is not None and tiled[1:] == (bn, bk) else None
+    tiled, order = (tiled[0], tiled[3]) if tiled is not None and tiled[1:3] == (bn, bk) else (None, 0)
     _gemv_kernel[(tiles, split_k)](_descriptor(weight if tiled is None else tiled, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=pace, TILED=tiled is not None, num_warps=4,
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, TILED=order, num_warps=4,
                                    **extra)
     return ws if defer else out
 
