@@ -391,14 +391,12 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # in commit 7af1146, l2_handoff_ab_h200_2026-11-30_session19.json. Session 20: the o product asking for gate_up's
 # before its PDL wait, during the attention chain, slower too: commit 790a889, l2_pre_wait_ab_*_session20.json;
 # session 21: and with the prefetched lines marked evict_last: commit ad215ec, l2_last_ab_*_session21.json)
-# (session 33) the target's layer products reading copies of their weights stored tile by tile (each [64, BK] tile one
-# contiguous block): order 1 a row of tiles after another, order 2 the tiles of one K step side by side (same bits)
-VARIANTS["tiled1"] = {(gluon_gemv, "TILE_ORDER"): 1}
-VARIANTS["tiled2"] = {(gluon_gemv, "TILE_ORDER"): 2}
-for _name, _only in {"qkv": {QKV}, "mlp": {GATE_UP, DOWN}, "no_o": {QKV, GATE_UP, DOWN}, "o": {O},
-                     "mlp_o": {GATE_UP, DOWN, O}}.items():
-    for _order in (1, 2):
-        VARIANTS[f"tiled{_order}_{_name}"] = {(gluon_gemv, "TILE_ORDER"): _order, (gluon_gemv, "TILE_ONLY"): _only}
+# (session 33) the target's o, gate_up and down weights stored tile by tile (gluon_gemv.TILED_SHAPES, shipped: 1k decode
+# -1%, tiled_mlp_ab_h200_2026-12-02_session33.json) against row-major, and with qkv tiled too (slower there:
+# tiled_only_ab_*). The session's other layouts (every tile row after row: "tiled1_*") ran as copies beside the
+# row-major weights (code in b259369)
+VARIANTS["untiled"] = {(gluon_gemv, "TILED_SHAPES"): set()}
+VARIANTS["tiled_qkv"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {QKV}}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -1,12 +1,12 @@
 """Device probe (session 33): does HBM stream the Gluon products' weights faster stored tile by tile?
 
 A row-major [N, K] weight gives each [64, 128] TMA tile as 64 row segments of 256 bytes, 5-20 KB apart; stored tile
-by tile (gluon_gemv.tiled_copy) the same tile is one contiguous 16 KB block, a row of tiles after another (order 1) or
-the tiles of one K step side by side (order 2, "kmajor"). Same values, same products: the probe
+by tile (ops/tiled_weights.py) the same tile is one contiguous 16 KB block and the tiles of one K step lie side by
+side. (Session 33 ran it on copies, with a second order, a row of tiles after another: code in b259369.) Same values, same products: the probe
 checks the bits. It times, in one run, against the copy bandwidth measured first:
 - each Qwen3-4B layer product at 1 row, alone (CUDA-graph replays over distinct weight copies, PDL as shipped);
 - the 36-layer chain of the four products with the real layer's two RMSNorm kernels (chain4_norms of
-  scripts/product_chain_probe.py), row-major and both orders, alternated twice.
+  scripts/product_chain_probe.py), row-major and tiled in place, alternated twice.
 usage: python scripts/tiled_weights_probe.py OUT.json
 """
 from __future__ import annotations
@@ -20,20 +20,18 @@ from gluon_gemv_probe import layer_products, run, timed
 from sparkdec.bench.kernels import copy_bandwidth, replay_ms
 from sparkdec.bench.shapes import SHAPES
 from sparkdec.ops import gluon_gemv as gg
+from sparkdec.ops.tiled_weights import set_tiled_
 from sparkdec.ops.triton_fused import rms_norm
 
 DEV, DT, LAYERS = "cuda", torch.bfloat16, 36
-TAGS = ["rows", "tiled", "kmajor"]  # by tiled_copy order (0: the row-major weight)
-ORDERS = [0, 1, 2, 0, 1, 2]
+TAGS = ["rows", "tiled"]
+ORDERS = [0, 1, 0, 1]  # TAGS' indices, in the order run
 
 
-def register(weights: list[torch.Tensor], order: int) -> None:
-    """Give the Gluon product the tile-by-tile copy of each weight in this order (0: none, row-major)."""
-    gg.TILED_WEIGHTS.clear()
-    if order:
-        for w in weights:
-            bn, bk = gg.CONFIGS[tuple(w.shape)][:2]
-            gg.TILED_WEIGHTS[w.data_ptr()] = (gg.tiled_copy(w, bn, bk, order), bn, bk, order)
+def register(weights: list[torch.Tensor], tiled: int) -> None:
+    """Store each weight tile by tile in the Gluon table's tiles (tiled) or row-major, in place."""
+    for w in weights:
+        set_tiled_(w, tuple(gg.CONFIGS[tuple(w.shape)][:2]) if tiled else None)
 
 
 def product_alone(n: int, k: int, kw: dict, order: int, copies: int) -> tuple[float, int]:
@@ -54,7 +52,6 @@ def product_alone(n: int, k: int, kw: dict, order: int, copies: int) -> tuple[fl
             run(x1, w, kw, r, True)
     us = replay_ms(g) * 1e3 / copies
     del g
-    register([], 0)
     return us, diffs
 
 
@@ -110,7 +107,7 @@ def main() -> None:
         res["chain"].setdefault(f"{tag}_ms", []).append(ms)
         outs.setdefault(tag, forward().clone())
         print("chain4_norms", tag, round(ms, 4), "ms", round(res["chain"]["floor_ms"] / ms, 4), "of floor", flush=True)
-    register([], 0)
+    register(flat, 0)
     res["chain"]["outputs_equal"] = all(torch.equal(outs["rows"], o) for o in outs.values())
     print("chain outputs equal:", res["chain"]["outputs_equal"])
     with open(out, "w") as f:

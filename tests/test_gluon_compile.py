@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not triton.__version__.startswith("3.6"), reason
 
 
 def compile_gemv(bn=64, bk=128, stages=4, mp=8, k=2560, split=1, silu=False, residual=False, pdl=2, xring=1,
-                 pre=None, defer=False, pace=0, tiled=0):
+                 pre=None, defer=False, pace=0, tiled=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -54,8 +54,8 @@ def local_bytes(cubin: bytes) -> int:
     dict(stages=4, pre=2, pace=1),                     # paced, two stages before the wait
     dict(k=1024, stages=6, pace=1),                    # paced, a ring deeper than the program's tiles
     dict(bk=256, stages=3, split=2, defer=True),       # qkv at split-K 2, slices left for RoPE (no residual)
-    dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=1),  # weights stored tile by tile
-    dict(k=4096, split=8, residual=True, defer=True, pace=1, tiled=2),       # the tiles of a K step side by side
+    dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True),  # weights stored tile by tile
+    dict(k=4096, split=8, residual=True, defer=True, pace=1, tiled=True),    # tile by tile, paced
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)
@@ -158,20 +158,3 @@ def test_gluon_split_store_direct_skips_the_layout_round_trip():
     assert direct.asm["ptx"].count("bar.sync") < converted.asm["ptx"].count("bar.sync")
     assert direct.asm["ptx"].count("ld.shared") < converted.asm["ptx"].count("ld.shared")
 
-
-def test_tiled_copy_puts_each_tile_in_one_block():
-    """gluon_gemv.tiled_copy: tile (i, j) of W is rows (i * K / BK + j) * BN onwards of the copy, contiguous."""
-    import torch
-
-    from sparkdec.ops import gluon_gemv as gg
-
-    w = torch.randn(128, 512).to(torch.bfloat16)
-    for order, at in ((1, lambda i, j: i * 4 + j), (2, lambda i, j: j * 2 + i)):
-        t = gg.tiled_copy(w, 64, 128, order)
-        assert t.shape == (128 * 512 // 128, 128) and t.is_contiguous()
-        for i in range(2):
-            for j in range(4):
-                tile = w[i * 64:(i + 1) * 64, j * 128:(j + 1) * 128]
-                assert torch.equal(t[at(i, j) * 64:(at(i, j) + 1) * 64], tile), (order, i, j)
-    with pytest.raises(AssertionError, match="whole number"):
-        gg.tiled_copy(w[:, :500], 64, 128)

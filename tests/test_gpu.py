@@ -283,6 +283,72 @@ def test_gluon_products_give_the_triton_kernels_bits():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
+def test_tiled_weights_give_the_row_major_bits():
+    """ops/tiled_weights.py: the products the engine stores tile by tile (gluon_gemv.TILED_SHAPES) give the row-major
+    weights' bits in the Gluon product (1-16 rows: it runs them) and the Triton kernel (17-300 rows), plain, SiLU and
+    with a residual."""
+    from sparkdec.ops import gluon_gemv as gg
+    from sparkdec.ops import triton_gemm as tg
+    from sparkdec.ops.tiled_weights import set_tiled_, tiles_of
+
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    for n, k in sorted(gg.TILED_SHAPES):
+        w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
+        x = torch.randn(300, k, device=dev, dtype=dt)
+        r = torch.randn(300, n, device=dev, dtype=dt)
+        kws = [{}, {"silu": True}, {"residual": r}]
+        rows = (1, 8, 16, 17, 64, 300)
+        want = {(m, i): tg.gemm(x[:m], w, **({"residual": r[:m]} if "residual" in kw else kw))
+                for m in rows for i, kw in enumerate(kws)}
+        set_tiled_(w, gg.tiles_for(w))
+        assert tiles_of(w) is not None, (n, k)
+        for (m, i), ref in want.items():
+            kw = {"residual": r[:m]} if "residual" in kws[i] else kws[i]
+            assert (gg.supports(x[:m], w, tg.split_k_of(n, k)) is not None) == (m <= 16)
+            assert torch.equal(tg.gemm(x[:m], w, **kw), ref), (n, k, m, kws[i].keys())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
+def test_engines_with_tiled_weights_decode_the_row_major_tokens(monkeypatch):
+    """A two-layer Qwen3-4B-shaped target (and a drafter of the released shape over its two layers): the engine
+    stores o, gate_up and down tile by tile; its greedy tokens (CUDA graphs, 1k-token prompt) equal those of an
+    engine that keeps them row-major on the same model (tiles undone in place), and speculative greedy equals
+    plain; the model's row_major_state_dict still gives its weights' values."""
+    from dataclasses import replace
+
+    from sparkdec.bench import kernels as bk
+    from sparkdec.bench import shapes
+    from sparkdec.ops import gluon_gemv as gg
+    from sparkdec.ops.tiled_weights import tiles_of
+
+    cfg = replace(shapes.SHAPES["qwen3-4b"], num_hidden_layers=2)
+    monkeypatch.setitem(shapes.SHAPES, "qwen3-4b-2l", cfg)
+    draft_of = shapes.released_draft_config
+    monkeypatch.setattr(shapes, "released_draft_config",
+                        lambda c: replace(draft_of(c), num_target_layers=2, target_layer_ids=(0, 1)))
+    models = shapes.random_models("qwen3-4b-2l")
+    before = {name: t.clone() for name, t in models[0].state_dict().items()}
+
+    def greedy(spec: bool) -> list[int]:
+        eng = bk.make_engine(models, 1024, spec=spec)
+        seq = bk.prefill(eng, 1024, 48, seed=3)
+        while not seq.finished:
+            eng.step()
+        return list(seq.output_ids)
+
+    tiled = greedy(False)
+    layer = models[0].model.layers[0]
+    assert all(tiles_of(w) is not None for w in layer.tileable_weights())
+    assert greedy(True) == tiled
+    after = models[0].row_major_state_dict()
+    assert all(torch.equal(after[name], t) for name, t in before.items())
+    monkeypatch.setattr(gg, "TILED_SHAPES", set())
+    assert greedy(False) == tiled
+    assert all(tiles_of(w) is None for w in layer.tileable_weights())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
 def test_paced_fill_gives_the_same_bits():
     """gluon_gemv.PACED (the ring's tiles before the PDL wait requested one or two at a time, each stage's weight
     arrival a plain arrive), with gluon_gemv.LONE_ROW_STAGES' shallower rings: the four Qwen3-4B layer products,

@@ -52,6 +52,23 @@ def check_gemm():
               small + x[:10, :64].repeat(1, 4)[:, :200], 1e-5)
 
 
+def check_gemm_tiled():
+    """A weight stored tile by tile (ops/tiled_weights.py) gives the row-major weight's bits: split-K 1 and 4, SiLU,
+    the 16-row tile and the prefill tiles (64 and 128 rows, BLOCK_K 64 across a 128-wide weight tile)."""
+    from sparkdec.ops.tiled_weights import set_tiled_
+
+    for n, k, cfg, tiles in [(128, 256, (32, 128, 1, 4, 2), (64, 128)), (256, 512, (32, 64, 4, 4, 2), (64, 128)),
+                             (192, 256, (64, 256, 1, 4, 2), (64, 256))]:
+        triton_gemm.CONFIGS[(n, k)] = cfg
+        w, x, r = torch.randn(n, k), torch.randn(300, k), torch.randn(300, n // 2)
+        want = {m: (gemm(x[:m], w), gemm(x[:m], w, silu=True, residual=r[:m])) for m in (1, 16, 100, 300)}
+        set_tiled_(w, tiles)
+        for m, (plain, silu) in want.items():
+            assert torch.equal(gemm(x[:m], w), plain), (n, k, m)
+            assert torch.equal(gemm(x[:m], w, silu=True, residual=r[:m]), silu), (n, k, m, "silu")
+        del triton_gemm.CONFIGS[(n, k)]
+
+
 def check_qkv_rope_store():
     from sparkdec.ops import triton_fused
 
@@ -442,6 +459,7 @@ def check_argmax_advance():
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
+    check_gemm_tiled()
     check_qkv_rope_store()
     check_qkv_rope_store_from_slices()
     check_fused_layer()

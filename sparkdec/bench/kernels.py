@@ -253,7 +253,7 @@ def hf_peer(models, ctx: int, new_tokens: int = 32) -> float | None:
             hf = Qwen3ForCausalLM(hf_cfg)
     finally:
         torch.set_default_dtype(torch.float32)
-    hf.load_state_dict(models[0].state_dict(), strict=False)
+    hf.load_state_dict(models[0].row_major_state_dict(), strict=False)  # (the engines tile some weights in place)
     hf = hf.eval()
     ids = torch.randint(0, 150000, (1, ctx), device="cuda")
     kw = dict(do_sample=False, attention_mask=torch.ones_like(ids))

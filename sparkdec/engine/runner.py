@@ -74,11 +74,14 @@ class ModelRunner:
         layers = list(self.target.model.layers) + (list(self.drafter.layers) if self.drafter is not None else [])
         for layer in layers:
             layer.fuse()
-        from sparkdec.ops import gluon_gemv
+        from sparkdec.ops.gluon_gemv import tiles_for
+        from sparkdec.ops.tiled_weights import set_tiled_
 
-        if gluon_gemv.TILE_ORDER or gluon_gemv.TILED_WEIGHTS:  # (an A/B switch: gluon_gemv.TILE_ORDER)
-            gluon_gemv.register_tiled([w for layer in self.target.model.layers for w in layer.product_weights()],
-                                      gluon_gemv.TILE_ORDER)
+        # the target's o, gate_up and down weights stored tile by tile in place where the Gluon products run them
+        # (gluon_gemv.TILED_SHAPES; row-major again where not, so engines built on shared models agree)
+        for layer in self.target.model.layers:
+            for w in layer.tileable_weights():
+                set_tiled_(w, tiles_for(w))
 
     def enable_graphs(self, max_seqs: int) -> None:
         """Capture verify and propose graphs; if capture fails, warn and stay eager (same results, slower)."""

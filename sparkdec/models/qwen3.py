@@ -51,7 +51,7 @@ class Qwen3Attention(nn.Module):
     def fuse(self) -> None:
         """Store q/k/v weights in one tensor (the parameters become views of it): one GEMM instead of three.
         The fused norm + RoPE kernel needs a power-of-two head_dim; other geometries keep the reference path."""
-        if self.head_dim & (self.head_dim - 1):
+        if self.head_dim & (self.head_dim - 1) or self.qkv_weight is not None:  # (fused already)
             return
         fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).detach()
         nq, nk = self.q_proj.weight.shape[0], self.k_proj.weight.shape[0]
@@ -97,6 +97,8 @@ class Qwen3MLP(nn.Module):
     def fuse(self) -> None:
         from sparkdec.ops.triton_gemm import interleave_gate_up
 
+        if self.gate_up_weight is not None:  # fused already (an engine built before on the same model)
+            return
         # rows g0, u0, g1, u1, ...: one weight tile feeds both halves of SiLU(gate) * up (ops/triton_gemm.py)
         fused = interleave_gate_up(self.gate_proj.weight.detach(), self.up_proj.weight.detach())
         self.gate_proj.weight = nn.Parameter(fused[0::2], requires_grad=False)
@@ -120,11 +122,12 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Qwen3MLP(cfg)
 
-    def product_weights(self) -> list[torch.Tensor]:
-        """The weights the layer's decode products read (after fuse)."""
-        attn, mlp = self.self_attn, self.mlp
-        return [w for w in (attn.qkv_weight, attn.o_proj.weight, mlp.gate_up_weight, mlp.down_proj.weight)
-                if w is not None]
+    def tileable_weights(self) -> list[torch.Tensor]:
+        """The weights only the CUDA path's products read after fuse, which may store them tile by tile
+        (ops/tiled_weights.py): o, the fused gate_up (gate_proj's and up_proj's weights are its views) and down."""
+        mlp = self.mlp
+        return [self.self_attn.o_proj.weight, mlp.down_proj.weight] + ([mlp.gate_up_weight] if mlp.gate_up_weight
+                                                                        is not None else [])
 
     def fuse(self) -> None:
         self.self_attn.fuse()
@@ -201,6 +204,20 @@ class Qwen3ForCausalLM(nn.Module):
             if i in tap_layers:  # unsummed slices: their tensor is written by the norm that reads them, before the cat
                 taps.append(materialised(h))
         return self.model.norm(h), (torch.cat(taps, dim=-1) if taps else None)
+
+    def row_major_state_dict(self) -> dict[str, torch.Tensor]:
+        """state_dict() with every weight's values as rows, where an engine stored some tile by tile
+        (ops/tiled_weights.py; gate_proj's and up_proj's weights are then views of a tiled gate_up)."""
+        from sparkdec.ops.tiled_weights import row_major, tiles_of
+
+        state = {name: row_major(t) for name, t in self.state_dict().items()}
+        for i, layer in enumerate(self.model.layers):
+            fused = layer.mlp.gate_up_weight
+            if fused is not None and tiles_of(fused) is not None:
+                rows = row_major(fused)  # g0, u0, g1, u1, ...
+                state[f"model.layers.{i}.mlp.gate_proj.weight"] = rows[0::2]
+                state[f"model.layers.{i}.mlp.up_proj.weight"] = rows[1::2]
+        return state
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [R, d] -> float32 logits [R, V]."""

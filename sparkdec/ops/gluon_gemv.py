@@ -16,6 +16,7 @@ import torch
 import triton
 
 from sparkdec.ops.tile_tables import read_table
+from sparkdec.ops.tiled_weights import tiles_of
 
 try:  # Gluon ships with triton >= 3.5; the CPU path and older tritons use the Triton kernel alone
     from triton.experimental import gluon
@@ -74,15 +75,12 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, [row, col], bar, dst, pred=pred)
 
     @gluon.jit
-    def _w_request(w_desc, pid_n, k, bar, dst, pred, K: gl.constexpr, TILED: gl.constexpr):
-        """Weight tile (pid_n, columns k:) -> dst. TILED: W is stored tile by tile, so a tile is one contiguous block
-        of HBM: 1, [N / BN, K / BK, BN, BK] (a row of tiles after another); 2, [K / BK, N / BN, BN, BK] (the tiles
-        of one K step side by side); either seen as [N / BN * K / BK * BN, BK] (tiled_copy)."""
+    def _w_request(w_desc, pid_n, k, bar, dst, pred, TILED: gl.constexpr):
+        """Weight tile (pid_n, columns k:) -> dst. TILED: W stored tile by tile (ops/tiled_weights.py), its
+        [K / BK, N / BN, BN, BK] tiles seen as [K / BK * N / BN * BN, BK] rows by the descriptor."""
         BN: gl.constexpr = w_desc.block_type.shape[0]
         BK: gl.constexpr = w_desc.block_type.shape[1]
-        if TILED == 1:
-            _request(w_desc, (pid_n * (K // BK) + k // BK) * BN, 0, bar, dst, pred)
-        elif TILED == 2:
+        if TILED:  # (the grid's first axis is the N / BN row tiles)
             _request(w_desc, (k // BK * gl.num_programs(0) + pid_n) * BN, 0, bar, dst, pred)
         else:
             _request(w_desc, pid_n * BN, k, bar, dst, pred)
@@ -96,13 +94,13 @@ if AVAILABLE:
 
     @gluon.jit
     def _paced_fill(w_desc, w_ring, ready, pace, pid_n, k_begin, FILL: gl.constexpr, BK: gl.constexpr,
-                    PACE: gl.constexpr, K: gl.constexpr, TILED: gl.constexpr):
+                    PACE: gl.constexpr, TILED: gl.constexpr):
         """The ring's first FILL weight tiles with at most PACE in flight: tile j is requested once tile j - PACE has
         landed. The last PACE are left in flight (_paced_drain)."""
         for j in gl.static_range(FILL):
             if j >= PACE:
                 _paced_landed(pace, ready, j - PACE, PACE)
-            _w_request(w_desc, pid_n, k_begin + j * BK, pace.index(j % PACE), w_ring.index(j), True, K, TILED)
+            _w_request(w_desc, pid_n, k_begin + j * BK, pace.index(j % PACE), w_ring.index(j), True, TILED)
 
     @gluon.jit
     def _paced_drain(pace, ready, FILL: gl.constexpr, PACE: gl.constexpr):
@@ -151,16 +149,16 @@ if AVAILABLE:
             for j in gl.static_range(PACE):
                 mbarrier.init(pace.index(j), count=1)
             FILL: gl.constexpr = PRE if PRE < NK else NK  # the tiles requested before the wait
-            _paced_fill(w_desc, w_ring, ready, pace, pid_n, k_begin, FILL, BK, PACE, K, TILED)
+            _paced_fill(w_desc, w_ring, ready, pace, pid_n, k_begin, FILL, BK, PACE, TILED)
         else:
             for j in gl.static_range(PRE):
-                _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, K, TILED)
+                _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, TILED)
         if PDL:
             gdc_wait()
             if PDL == 2:
                 gdc_launch_dependents()
         for j in gl.static_range(PRE, STAGES):
-            _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, K, TILED)
+            _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, TILED)
         if XRING:  # x [MP, BK] tiles ride in the ring beside the weights (TMA fills rows >= M with zeros)
             x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, MP, BK], x_desc.layout)
             for j in gl.static_range(STAGES):
@@ -181,7 +179,7 @@ if AVAILABLE:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             # stage s is free again: request the tiles STAGES ahead
             more = i + STAGES < NK
-            _w_request(w_desc, pid_n, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more, K, TILED)
+            _w_request(w_desc, pid_n, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more, TILED)
             if XRING:
                 _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
         if PDL == 1:
@@ -234,14 +232,13 @@ PACED_ROWS = 1
 # 1280-key graph keeps 4 stages: sized_bound_ab_*_session24, retune_ab_*_session29). The same tiles in the same order:
 # the same bits.
 LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
-# row-major weight's data_ptr -> (its tile-by-tile copy, BN, BK, order) (tiled_copy): the product reads that copy instead, each
-# [BN, BK] tile one contiguous 16 KB block. Session 33's probe (scripts/tiled_weights_probe.py) asks whether HBM
-# streams such blocks faster than a tile's BN row segments of 2 * BK bytes; nothing registers copies yet
-TILED_WEIGHTS: dict[int, tuple[torch.Tensor, int, int, int]] = {}
-# the order (1 or 2, tiled_copy) in which ModelRunner.fuse_weights gives the target's layer products tiled copies
-# (0: none). An A/B switch: the copies sit beside the row-major weights, which prefill and the Triton path still read
-TILE_ORDER = 0
-TILE_ONLY: set[tuple[int, int]] | None = None  # the weight shapes that get copies (None: every shape in CONFIGS)
+# the weight shapes the engine stores tile by tile (ops/tiled_weights.py) in the Gluon table's [BN, BK] tiles, on the
+# Hopper path (ModelRunner.fuse_weights): the Qwen3-4B o, gate_up and down products. Session 33: every [64, BK] tile
+# one contiguous block and a K step's tiles side by side, 4B decode at 1k 2.499/2.482 -> 2.464/2.462 ms/token, 8-row
+# replay 2.732/2.733 -> 2.711/2.712 (tiled_mlp_ab_h200_2026-12-02_session33.json); the tiles a row of tiles after
+# another equal or slower (tiled1_mlp there); qkv tiled too slower (1-row replay +1.5%: its faster stream delays the
+# latency-bound kernels under it, tiled_only_ab_*); the Qwen3-8B shapes not measured
+TILED_SHAPES: set[tuple[int, int]] = {(2560, 4096), (19456, 2560), (2560, 9728)}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -275,28 +272,20 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     if x.data_ptr() % 16 or x.stride(0) % 8:  # TMA: 16-byte aligned base and rows
         return None
     bn, bk, stages, xring = cfg
+    if tiles_of(weight) not in (None, (bn, bk)):  # stored in other tiles: the Triton kernel reads any
+        return None
     x_tiles = stages if xring else weight.shape[1] // split_k // bk
     if 2 * bk * (stages * bn + x_tiles * row_pad(x.shape[0])) > SMEM_BYTES:
         return None
     return cfg
 
 
-def tiled_copy(weight: torch.Tensor, bn: int, bk: int, order: int = 1) -> torch.Tensor:
-    """W [N, K] -> its [bn, bk] tiles, each contiguous, as [N / bn * K / bk * bn, bk]: order 1, tile (i, j) at rows
-    (i * K / bk + j) * bn onwards; order 2, at (j * N / bn + i) * bn. The same values: the same products bit for bit."""
-    n, k = weight.shape
-    assert n % bn == 0 and k % bk == 0, f"tiled_copy: {tuple(weight.shape)} is not a whole number of [{bn}, {bk}] tiles"
-    tiles = weight.view(n // bn, bn, k // bk, bk)  # [row tile, bn, K tile, bk]
-    return tiles.permute(*((0, 2, 1, 3) if order == 1 else (2, 0, 1, 3))).contiguous().view(-1, bk)
-
-
-def register_tiled(weights, order: int) -> None:
-    """Forget every tiled copy, then (order > 0) make one of each weight the Gluon product runs whole tiles of."""
-    TILED_WEIGHTS.clear()
-    for w in weights if order else ():
-        cfg = CONFIGS.get(tuple(w.shape)) if TILE_ONLY is None or tuple(w.shape) in TILE_ONLY else None
-        if cfg is not None and w.is_contiguous() and w.shape[0] % cfg[0] == 0 and w.shape[1] % cfg[1] == 0:
-            TILED_WEIGHTS[w.data_ptr()] = (tiled_copy(w, cfg[0], cfg[1], order), cfg[0], cfg[1], order)
+def tiles_for(w: torch.Tensor) -> tuple[int, int] | None:
+    """The (BN, BK) tiles the engine stores w in (TILED_SHAPES on the Hopper Gluon path), or None (row-major)."""
+    cfg = CONFIGS.get(tuple(w.shape)) if tuple(w.shape) in TILED_SHAPES else None
+    if cfg is None or not AVAILABLE or not w.is_cuda or w.dtype != torch.bfloat16 or not _is_hopper(w.device):
+        return None
+    return (cfg[0], cfg[1]) if w.shape[0] % cfg[0] == 0 and w.shape[1] % cfg[1] == 0 else None
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int):
@@ -329,13 +318,13 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
     pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
-    tiled = TILED_WEIGHTS.get(weight.data_ptr())
-    tiled, order = (tiled[0], tiled[3]) if tiled is not None and tiled[1:3] == (bn, bk) else (None, 0)
-    _gemv_kernel[(tiles, split_k)](_descriptor(weight if tiled is None else tiled, bn, bk), _descriptor(x, mp, bk), x, out, res, ws,
+    tiled = tiles_of(weight)  # (supports: None or this launch's tiles)
+    w_desc = _descriptor(weight if tiled is None else weight.view(-1, bk), bn, bk)
+    _gemv_kernel[(tiles, split_k)](w_desc, _descriptor(x, mp, bk), x, out, res, ws,
                                    out if counters is None else counters, m, n, x.stride(0), out.stride(0),
                                    res.stride(0), K=k, SILU=silu, RESIDUAL=residual, PDL=pdl, SPLIT_K=split_k,
                                    STAGES=stages, PRE=min(stages, PREFETCH.get(tuple(weight.shape), stages)), MP=mp,
-                                   XRING=bool(xring), DEFER=defer, PACE=pace, TILED=order, num_warps=4,
+                                   XRING=bool(xring), DEFER=defer, PACE=pace, TILED=tiled is not None, num_warps=4,
                                    **extra)
     return ws if defer else out
 

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from sparkdec.env import choice, flag
 from sparkdec.ops import gluon_gemv
+from sparkdec.ops.tiled_weights import tiles_of
 from sparkdec.ops.partials import Partials
 from sparkdec.ops.tile_tables import read_table
 
@@ -156,8 +157,15 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 
 @triton.jit
-def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn):
-    return tl.load(w_ptr + cols[:, None] * stride_wn + kk[None, :], mask=cmask[:, None] & kmask[None, :], other=0.0)
+def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn, row_tiles, TILE_N: tl.constexpr, TILE_K: tl.constexpr):
+    """W[cols, kk]; TILE_N > 0: W stored tile by tile (ops/tiled_weights.py: [K / TILE_K, row_tiles, TILE_N,
+    TILE_K] tiles, row_tiles = N' / TILE_N)."""
+    if TILE_N:
+        tile = (kk // TILE_K)[None, :] * row_tiles + (cols // TILE_N)[:, None]
+        offs = tile * (TILE_N * TILE_K) + (cols % TILE_N)[:, None] * TILE_K + (kk % TILE_K)[None, :]
+    else:
+        offs = cols[:, None] * stride_wn + kk[None, :]
+    return tl.load(w_ptr + offs, mask=cmask[:, None] & kmask[None, :], other=0.0)
 
 
 @triton.jit
@@ -195,9 +203,9 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
 
 @triton.jit
 def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
-                 K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
+                 row_tiles, K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, TILE_N: tl.constexpr = 0, TILE_K: tl.constexpr = 0):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
@@ -212,7 +220,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     k_begin = pid_s * K_SLICE
     # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
     # (two or three tiles were slower: propose_glue_ahead_ab_h200_2026-11-30.json)
-    w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn)
+    w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn, row_tiles, TILE_N, TILE_K)
     pdl_wait(PDL)
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
@@ -220,7 +228,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         kk = k_begin + k0 + ks
         kmask = kk < K
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
-        acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn), IEEE)
+        acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn, row_tiles, TILE_N, TILE_K), IEEE)
     pdl_release(PDL)
     finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
                 SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K, x_ptr.dtype.element_ty)
@@ -266,7 +274,7 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
     from sparkdec.ops.triton_fused import norm_of
 
     x, h = norm_of(h, norm[0], norm[1], kind="norm_mlp")
-    if FUSED_MLP and GLUON and 0 < h.shape[0]:
+    if FUSED_MLP and GLUON and 0 < h.shape[0] and tiles_of(gate_up) is None and tiles_of(down) is None:
         from sparkdec.ops import gluon_mlp
 
         split_gu, split_dn = split_k_of(*gate_up.shape), split_k_of(*down.shape)
@@ -311,10 +319,12 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         tiles = grid[0] * grid[1]
         ws = torch.empty(split_k * tiles * block_m * block_n, dtype=torch.float32, device=x.device)
         cnt = _counters(x.device, tiles)
+    tile_n, tile_k = tiles_of(weight) or (0, 0)  # a weight stored tile by tile (ops/tiled_weights.py)
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
-                       res.stride(0), K=k, SILU=silu, RESIDUAL=residual is not None,
+                       res.stride(0), weight.shape[0] // max(tile_n, 1), K=k, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       SPLIT_K=split_k, num_warps=warps, num_stages=stages, **pdl_args())
+                       SPLIT_K=split_k, TILE_N=tile_n, TILE_K=tile_k, num_warps=warps, num_stages=stages,
+                       **pdl_args())
     return out
 
 
