@@ -37,6 +37,13 @@ def test_set_tiled_round_trips_in_place_and_views_share_it():
     assert torch.equal(w, rows) and tw.tiles_of(w) is None and tw.row_major(w) is w
 
 
+def test_a_parameter_that_requires_grad_is_tiled_in_place():
+    w = torch.nn.Parameter(torch.randn(64, 256))
+    rows = w.detach().clone()
+    tw.set_tiled_(w, (64, 128))
+    assert tw.tiles_of(w) == (64, 128) and torch.equal(tw.row_major(w), rows)
+
+
 def test_a_freed_tensor_at_the_same_address_is_not_tiled():
     w = torch.randn(64, 128)
     tw.set_tiled_(w, (64, 128))

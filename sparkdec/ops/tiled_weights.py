@@ -49,6 +49,7 @@ def row_major(w: torch.Tensor) -> torch.Tensor:
     return w.view(k // bk, n // bn, bn, bk).permute(1, 2, 0, 3).reshape(n, k)
 
 
+@torch.no_grad()  # (a model's parameters may require grad: the copies are not part of any graph)
 def set_tiled_(w: torch.Tensor, tiles: tuple[int, int] | None) -> None:
     """Store w in place tile by tile in (bn, bk) tiles, or row-major (None); nothing to do where it already is."""
     have = tiles_of(w)
