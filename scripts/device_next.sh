@@ -174,6 +174,17 @@ elif [ "$1" = 37 ]; then  # (session 32) gate_up's pre-wait fill at 2 or 3 of it
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 230 python scripts/ab_decode.py $OUT/gu_pre_ab.json \
     qwen3-4b base gu_pre2 gu_pre3 base#2 gu_pre2#2 gu_pre3#2 2>&1 | grep "ctx "
   bash "$0" 8
+elif [ "$1" = 38 ]; then  # (session 33) the end run in one call: the tiled-weight tests, the 4B bench, then the
+  # second half of the GPU suite in what is left of 500 s
+  timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "tiled" > $OUT/gpu_tests_tiled.txt 2>&1
+  grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_tiled.txt | head -8
+  timeout 160 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
+    | grep "^qwen3"
+  python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --collect-only 2>/dev/null | grep "::" > $OUT/ids.txt
+  half=$(( ($(wc -l < $OUT/ids.txt) + 1) / 2 ))
+  timeout $(( 500 - SECONDS )) python -m pytest -q -m gpu -p no:cacheprovider --durations=5 \
+    $(tail -n +$((half + 1)) $OUT/ids.txt) > $OUT/gpu_tests_25.txt 2>&1
+  grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_25.txt | head -12
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
