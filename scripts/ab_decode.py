@@ -397,6 +397,9 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # row-major weights (code in b259369)
 VARIANTS["untiled"] = {(gluon_gemv, "TILED_SHAPES"): set()}
 VARIANTS["tiled_qkv"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {QKV}}
+# (staged in session 33) the Qwen3-8B o, gate_up and down tiled too (by role, as the 4B's)
+VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {(4096, 4096), (24576, 4096),
+                                                                                 (4096, 12288)}}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

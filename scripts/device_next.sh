@@ -23,8 +23,11 @@
 # the norm before qkv at mode 3 (slower; nq3_ab_*), then 1 and 25 (all 51 GPU tests passed; 1k 80.1% of that machine's
 # floor; kernels_*_session31.json). Session 32 ran 36 (o's fill at 2 or 3 tiles in flight: slower; pace23_ab_*), 1
 # and 25 (all 51 GPU tests passed; 1k 78.5%; kernels_*_session32.json) and 37 (gate_up's partial fill: slower;
-# gu_pre_ab_*; the 8B bench, kernels_*_session32_qwen3-8b.json). Next: 2 (the kernel timeline at today's code: the
-# last one is session 23's), then 1 and 25 after any change (the end run).
+# gu_pre_ab_*; the 8B bench, kernels_*_session32_qwen3-8b.json). Session 33 ran scripts/tiled_weights_probe.py and the
+# tiled A/Bs (tiled_*_session33.json: o, gate_up and down stored tile by tile, shipped), 1 (one failure, fixed: a
+# parameter requiring grad tiled in place) and 38 (its end run: kernels_*_session33.json, 81.3%; the engine-level
+# tiled test and the last test of the second half cut by the call's time). Next: 39 (those two tests, then the 8B's
+# tiled A/B), 2 (the kernel timeline: the last one is session 23's), then 1 and 25 after any change.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -68,6 +71,10 @@
 #    in the lone row's 1280-key graph only: the 4B A/B at 1k
 # 37. (session 32) gate_up's ring fill before its wait at 2 or 3 of its 4 tiles (gluon_gemv.PREFETCH): the 4B A/B at
 #    1k, then step 8
+# 38. (session 33) an end run in one call: the tiled-weight GPU tests, the 4B bench, the suite's second half in what is
+#    left of 500 s (give the tiled tests more than 120 s: the engine-level one did not end within it)
+# 39. (staged in session 33) the engine-level tiled test and test_attention_load_schedules_keep_the_tokens (cut short in
+#    38), then the Qwen3-8B A/B of its o, gate_up and down stored tile by tile (ab_decode tiled_8b)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
 #    at 1k with it off and on, twice (sampled plain ms/token, sampled spec ms/round)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/tests:$PWD/scripts
@@ -176,7 +183,7 @@ elif [ "$1" = 37 ]; then  # (session 32) gate_up's pre-wait fill at 2 or 3 of it
   bash "$0" 8
 elif [ "$1" = 38 ]; then  # (session 33) the end run in one call: the tiled-weight tests, the 4B bench, then the
   # second half of the GPU suite in what is left of 500 s
-  timeout 120 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "tiled" > $OUT/gpu_tests_tiled.txt 2>&1
+  timeout 240 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "tiled" > $OUT/gpu_tests_tiled.txt 2>&1
   grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_tiled.txt | head -8
   timeout 160 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
     | grep "^qwen3"
@@ -185,6 +192,11 @@ elif [ "$1" = 38 ]; then  # (session 33) the end run in one call: the tiled-weig
   timeout $(( 500 - SECONDS )) python -m pytest -q -m gpu -p no:cacheprovider --durations=5 \
     $(tail -n +$((half + 1)) $OUT/ids.txt) > $OUT/gpu_tests_25.txt 2>&1
   grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_25.txt | head -12
+elif [ "$1" = 39 ]; then  # (staged in session 33) what session 33's end run cut short, then the 8B's tiled A/B
+  timeout 300 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --durations=3 -k \
+    "engines_with_tiled or attention_load_schedules" 2>&1 | grep -E "passed|failed|^E  |^FAILED|s call" | head -12
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 280 python scripts/ab_decode.py $OUT/tiled_8b_ab.json \
+    qwen3-8b base tiled_8b base#2 tiled_8b#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
