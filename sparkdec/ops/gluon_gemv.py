@@ -236,8 +236,8 @@ LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
 # Hopper path (ModelRunner.fuse_weights): the Qwen3-4B o, gate_up and down products. Session 33: every [64, BK] tile
 # one contiguous block and a K step's tiles side by side, 4B decode at 1k 2.499/2.482 -> 2.464/2.462 ms/token, 8-row
 # replay 2.732/2.733 -> 2.711/2.712 (tiled_mlp_ab_h200_2026-12-02_session33.json); the tiles a row of tiles after
-# another equal or slower (tiled1_mlp there); qkv tiled too slower (1-row replay +1.5%: its faster stream delays the
-# latency-bound kernels under it, tiled_only_ab_*); the Qwen3-8B shapes not measured
+# another equal or slower (tiled1_mlp there); qkv tiled too slower (1-row replay +1.5%, tiled_only_ab_*; likely its
+# faster stream delaying the latency-bound kernels under it); the Qwen3-8B shapes not measured (ab_decode tiled_8b)
 TILED_SHAPES: set[tuple[int, int]] = {(2560, 4096), (19456, 2560), (2560, 9728)}
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
