@@ -397,6 +397,7 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # row-major weights (code in b259369)
 VARIANTS["untiled"] = {(gluon_gemv, "TILED_SHAPES"): set()}
 VARIANTS["tiled_qkv"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {QKV}}
+VARIANTS["tiled_draft"] = {(gluon_gemv, "TILED_DRAFTER"): True}  # (staged in session 33) the drafter's layers too
 # (staged in session 33) the Qwen3-8B o, gate_up and down tiled too (by role, as the 4B's)
 VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {(4096, 4096), (24576, 4096),
                                                                                  (4096, 12288)}}

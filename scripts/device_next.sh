@@ -73,6 +73,8 @@
 #    1k, then step 8
 # 38. (session 33) an end run in one call: the tiled-weight GPU tests, the 4B bench, the suite's second half in what is
 #    left of 500 s (give the tiled tests more than 120 s: the engine-level one did not end within it)
+# 40. (staged in session 33) the drafter's o, gate_up and down stored tile by tile too (gluon_gemv.TILED_DRAFTER): the
+#    engine-level tiled test with it on (speculative against plain), then the propose A/B at 1k
 # 39. (staged in session 33) the engine-level tiled test and test_attention_load_schedules_keep_the_tokens (cut short in
 #    38), then the Qwen3-8B A/B of its o, gate_up and down stored tile by tile (ab_decode tiled_8b)
 # 9. the sort-free sampler (ops/triton_nucleus.py, session 17): its GPU tests and the sampled ones, then the 4B bench
@@ -197,6 +199,11 @@ elif [ "$1" = 39 ]; then  # (staged in session 33) what session 33's end run cut
     "engines_with_tiled or attention_load_schedules" 2>&1 | grep -E "passed|failed|^E  |^FAILED|s call" | head -12
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 280 python scripts/ab_decode.py $OUT/tiled_8b_ab.json \
     qwen3-8b base tiled_8b base#2 tiled_8b#2 2>&1 | grep "ctx "
+elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
+  GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
+    "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
+  env AB_PROPOSE_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_decode.py $OUT/tiled_draft_ab.json qwen3-4b \
+    base tiled_draft base#2 tiled_draft#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -74,14 +74,17 @@ class ModelRunner:
         layers = list(self.target.model.layers) + (list(self.drafter.layers) if self.drafter is not None else [])
         for layer in layers:
             layer.fuse()
-        from sparkdec.ops.gluon_gemv import tiles_for
+        from sparkdec.ops import gluon_gemv
         from sparkdec.ops.tiled_weights import set_tiled_
 
-        # the target's o, gate_up and down weights stored tile by tile in place where the Gluon products run them
-        # (gluon_gemv.TILED_SHAPES; row-major again where not, so engines built on shared models agree)
-        for layer in self.target.model.layers:
+        # the target's o, gate_up and down weights (the drafter's too with gluon_gemv.TILED_DRAFTER) stored tile by
+        # tile in place where the Gluon products run them (gluon_gemv.TILED_SHAPES); row-major again where not, so
+        # that engines built on shared models agree
+        drafted = list(self.drafter.layers) if self.drafter is not None else []
+        for layer in list(self.target.model.layers) + drafted:
             for w in layer.tileable_weights():
-                set_tiled_(w, tiles_for(w))
+                tiled = layer not in drafted or gluon_gemv.TILED_DRAFTER
+                set_tiled_(w, gluon_gemv.tiles_for(w) if tiled else None)
 
     def enable_graphs(self, max_seqs: int) -> None:
         """Capture verify and propose graphs; if capture fails, warn and stay eager (same results, slower)."""

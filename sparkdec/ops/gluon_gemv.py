@@ -239,6 +239,9 @@ LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
 # another equal or slower (tiled1_mlp there); qkv tiled too slower (1-row replay +1.5%, tiled_only_ab_*; likely its
 # faster stream delaying the latency-bound kernels under it); the Qwen3-8B shapes not measured (ab_decode tiled_8b)
 TILED_SHAPES: set[tuple[int, int]] = {(2560, 4096), (19456, 2560), (2560, 9728)}
+# (staged in session 33, not measured: ab_decode "tiled_draft") the drafter's layers' o, gate_up and down too (their
+# shapes are the target's), for the propose graph
+TILED_DRAFTER = False
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
