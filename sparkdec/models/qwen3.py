@@ -125,9 +125,8 @@ class Qwen3DecoderLayer(nn.Module):
     def tileable_weights(self) -> list[torch.Tensor]:
         """The weights only the CUDA path's products read after fuse, which may store them tile by tile
         (ops/tiled_weights.py): o, the fused gate_up (gate_proj's and up_proj's weights are its views) and down."""
-        mlp = self.mlp
-        return [self.self_attn.o_proj.weight, mlp.down_proj.weight] + ([mlp.gate_up_weight] if mlp.gate_up_weight
-                                                                        is not None else [])
+        fused = [self.mlp.gate_up_weight] if self.mlp.gate_up_weight is not None else []
+        return [self.self_attn.o_proj.weight, self.mlp.down_proj.weight] + fused
 
     def fuse(self) -> None:
         self.self_attn.fuse()
