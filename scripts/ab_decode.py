@@ -398,6 +398,12 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 VARIANTS["untiled"] = {(gluon_gemv, "TILED_SHAPES"): set()}
 VARIANTS["tiled_qkv"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {QKV}}
 VARIANTS["tiled_draft"] = {(gluon_gemv, "TILED_DRAFTER"): True}  # (staged in session 33) the drafter's layers too
+# (staged in session 33) the MLP's Gluon tiles retuned for the tiled layout (chosen in session 9 on row-major weights;
+# a tile's bits do not depend on BK or the ring): gate_up in 32 KB tiles or a deeper ring, down's ring shallower or
+# deeper (its BK stays 128: 256 does not divide its split-K slices)
+for _name, _cfg in {"gu256": {GATE_UP: (64, 256, 3, 1)}, "gu_st6": {GATE_UP: (64, 128, 6, 1)},
+                    "dn_st4": {DOWN: (64, 128, 4, 1)}, "dn_st8": {DOWN: (64, 128, 8, 1)}}.items():
+    VARIANTS[f"tiled_{_name}"] = _tiles(gluon=_cfg)
 # (staged in session 33) the Qwen3-8B o, gate_up and down tiled too (by role, as the 4B's)
 VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {(4096, 4096), (24576, 4096),
                                                                                  (4096, 12288)}}
