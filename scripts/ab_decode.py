@@ -404,6 +404,10 @@ VARIANTS["tiled_draft"] = {(gluon_gemv, "TILED_DRAFTER"): True}  # (staged in se
 for _name, _cfg in {"gu256": {GATE_UP: (64, 256, 3, 1)}, "gu_st6": {GATE_UP: (64, 128, 6, 1)},
                     "dn_st4": {DOWN: (64, 128, 4, 1)}, "dn_st8": {DOWN: (64, 128, 8, 1)}}.items():
     VARIANTS[f"tiled_{_name}"] = _tiles(gluon=_cfg)
+# (staged in session 33) qkv in 64 x 128 tiles (16 KB, 4 stages), row-major and tiled: whether tiled qkv's loss is
+# its 32 KB tiles'
+VARIANTS["qkv128"] = _tiles(gluon={QKV: (64, 128, 4, 1)})
+VARIANTS["tiled_qkv128"] = {**VARIANTS["qkv128"], (gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {QKV}}
 # (staged in session 33) the Qwen3-8B o, gate_up and down tiled too (by role, as the 4B's)
 VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {(4096, 4096), (24576, 4096),
                                                                                  (4096, 12288)}}

@@ -73,7 +73,8 @@
 #    1k, then step 8
 # 38. (session 33) an end run in one call: the tiled-weight GPU tests, the 4B bench, the suite's second half in what is
 #    left of 500 s (give the tiled tests more than 120 s: the engine-level one did not end within it)
-# 41. (staged in session 33) gate_up's and down's Gluon tiles and rings retuned on tiled weights: the 4B A/B at 1k
+# 41. (staged in session 33) gate_up's and down's Gluon tiles and rings retuned on tiled weights, qkv in 64 x 128 tiles
+#    row-major and tiled: the 4B A/B at 1k
 # 40. (staged in session 33) the drafter's o, gate_up and down stored tile by tile too (gluon_gemv.TILED_DRAFTER): the
 #    engine-level tiled test with it on (speculative against plain), then the propose A/B at 1k
 # 39. (staged in session 33) the engine-level tiled test and test_attention_load_schedules_keep_the_tokens (cut short in
@@ -206,8 +207,8 @@ elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored t
   env AB_PROPOSE_ONLY=1 AB_CONTEXTS=1024 timeout 250 python scripts/ab_decode.py $OUT/tiled_draft_ab.json qwen3-4b \
     base tiled_draft base#2 tiled_draft#2 2>&1 | grep "ctx "
 elif [ "$1" = 41 ]; then  # (staged in session 33) the MLP's Gluon tiles retuned for the tiled layout
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 400 python scripts/ab_decode.py $OUT/tiled_retune_ab.json \
-    qwen3-4b base tiled_gu256 tiled_gu_st6 tiled_dn_st4 tiled_dn_st8 base#2 2>&1 | grep "ctx "
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 540 python scripts/ab_decode.py $OUT/tiled_retune_ab.json \
+    qwen3-4b base tiled_gu256 tiled_gu_st6 tiled_dn_st4 tiled_dn_st8 qkv128 tiled_qkv128 base#2 2>&1 | grep "ctx "
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
