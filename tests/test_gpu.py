@@ -341,16 +341,20 @@ def test_engines_with_tiled_weights_decode_the_row_major_tokens(monkeypatch):
             eng.step()
         return list(seq.output_ids)
 
+    def tiled_ones(layer) -> list[bool]:
+        return [tiles_of(w) is not None for w in layer.tileable_weights()]
+
     tiled = greedy(False)
     layer = models[0].model.layers[0]
-    assert all(tiles_of(w) is not None for w in layer.tileable_weights())
+    shipped = [tuple(w.shape) in gg.TILED_SHAPES for w in layer.tileable_weights()]
+    assert tiled_ones(layer) == shipped and sum(shipped) == 3  # o, down, gate_up (not qkv)
     assert greedy(True) == tiled
-    assert all((tiles_of(w) is not None) == drafter_tiled for w in models[2].layers[0].tileable_weights())
+    assert tiled_ones(models[2].layers[0]) == [drafter_tiled and s for s in shipped]
     after = models[0].row_major_state_dict()
     assert all(torch.equal(after[name], t) for name, t in before.items())
     monkeypatch.setattr(gg, "TILED_SHAPES", set())
     assert greedy(False) == tiled
-    assert all(tiles_of(w) is None for w in layer.tileable_weights())
+    assert not any(tiled_ones(layer))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")

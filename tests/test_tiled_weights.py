@@ -56,3 +56,26 @@ def test_a_freed_tensor_at_the_same_address_is_not_tiled():
         assert tw.tiles_of(v) is None and tw.row_major(v) is v
     finally:
         tw._TILED.pop(v.data_ptr())
+
+
+def test_row_major_state_dict_undoes_tiled_fused_weights():
+    """Qwen3ForCausalLM.row_major_state_dict: o, down and the fused qkv and gate_up stored tile by tile (their q/k/v
+    and gate/up parameters views of them) still give the model's weights' values."""
+    from dataclasses import replace
+
+    from sparkdec.bench.shapes import SHAPES
+    from sparkdec.models.qwen3 import Qwen3ForCausalLM
+
+    cfg = replace(SHAPES["qwen3-4b"], hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=64)
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(cfg)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    for layer in model.model.layers:
+        layer.fuse()
+        for w in layer.tileable_weights():
+            tw.set_tiled_(w, (64, 64))
+    assert all(tw.tiles_of(w) == (64, 64) for w in model.model.layers[1].tileable_weights())
+    after = model.row_major_state_dict()
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[name], t) for name, t in before.items())

@@ -64,9 +64,13 @@ class Qwen3Attention(nn.Module):
                  kv: tuple[torch.Tensor, torch.Tensor], rope: RotaryTable) -> None:
         """Project x [T, d] to keys/values and store them at slots [T] of kv = (k_cache, v_cache)."""
         if self.qkv_weight is not None and x.is_cuda:
+            from sparkdec.ops.tiled_weights import tiles_of
             from sparkdec.ops.triton_fused import qkv_rope_store
             from sparkdec.ops.triton_gemm import gemm
 
+            # (a row slice of a weight stored tile by tile is no matrix of its tiles: gluon_gemv.TILED_SHAPES must
+            # not hold a layer's qkv where write_kv runs, the drafter's context write)
+            assert tiles_of(self.qkv_weight) is None, "write_kv: the fused qkv weight is stored tile by tile"
             kv_rows = gemm(x, self.qkv_weight[self.num_heads * self.head_dim:])  # [T, 2 * Hkv * D]
             qkv_rope_store(kv_rows, 0, self.num_kv_heads, None, self.k_norm.weight, self.k_norm.eps, rope.cos, rope.sin,
                            positions, slots, kv[0], kv[1])
@@ -124,9 +128,11 @@ class Qwen3DecoderLayer(nn.Module):
 
     def tileable_weights(self) -> list[torch.Tensor]:
         """The weights only the CUDA path's products read after fuse, which may store them tile by tile
-        (ops/tiled_weights.py): o, the fused gate_up (gate_proj's and up_proj's weights are its views) and down."""
-        fused = [self.mlp.gate_up_weight] if self.mlp.gate_up_weight is not None else []
-        return [self.self_attn.o_proj.weight, self.mlp.down_proj.weight] + fused
+        (ops/tiled_weights.py): o, down, the fused gate_up and qkv (their parameters are views of them; the fused
+        qkv's row slice of write_kv refuses a tiled one)."""
+        attn, mlp = self.self_attn, self.mlp
+        return [attn.o_proj.weight, mlp.down_proj.weight] + [w for w in (mlp.gate_up_weight, attn.qkv_weight)
+                                                             if w is not None]
 
     def fuse(self) -> None:
         self.self_attn.fuse()
@@ -206,16 +212,20 @@ class Qwen3ForCausalLM(nn.Module):
 
     def row_major_state_dict(self) -> dict[str, torch.Tensor]:
         """state_dict() with every weight's values as rows, where an engine stored some tile by tile
-        (ops/tiled_weights.py; gate_proj's and up_proj's weights are then views of a tiled gate_up)."""
+        (ops/tiled_weights.py; the q/k/v and gate/up parameters are then views of a tiled fused weight)."""
         from sparkdec.ops.tiled_weights import row_major, tiles_of
 
         state = {name: row_major(t) for name, t in self.state_dict().items()}
         for i, layer in enumerate(self.model.layers):
-            fused = layer.mlp.gate_up_weight
-            if fused is not None and tiles_of(fused) is not None:
-                rows = row_major(fused)  # g0, u0, g1, u1, ...
-                state[f"model.layers.{i}.mlp.gate_proj.weight"] = rows[0::2]
-                state[f"model.layers.{i}.mlp.up_proj.weight"] = rows[1::2]
+            p, attn, mlp = f"model.layers.{i}.", layer.self_attn, layer.mlp
+            if mlp.gate_up_weight is not None and tiles_of(mlp.gate_up_weight) is not None:
+                rows = row_major(mlp.gate_up_weight)  # g0, u0, g1, u1, ...
+                state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"] = rows[0::2], rows[1::2]
+            if attn.qkv_weight is not None and tiles_of(attn.qkv_weight) is not None:
+                rows = row_major(attn.qkv_weight)  # [q; k; v]
+                nq, nk = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
+                for name, part in (("q", rows[:nq]), ("k", rows[nq:nq + nk]), ("v", rows[nq + nk:])):
+                    state[p + f"self_attn.{name}_proj.weight"] = part
         return state
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
