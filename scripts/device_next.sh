@@ -27,7 +27,8 @@
 # tiled A/Bs (tiled_*_session33.json: o, gate_up and down stored tile by tile, shipped), 1 (one failure, fixed: a
 # parameter requiring grad tiled in place) and 38 (its end run: kernels_*_session33.json, 81.3%; the engine-level
 # tiled test and the last test of the second half cut by the call's time). Next: 39 (those two tests, then the 8B's
-# tiled A/B), 2 (the kernel timeline: the last one is session 23's), then 1 and 25 after any change.
+# tiled A/B), 41 and 40 (tiles retuned on tiled weights; the drafter tiled), 2 (the kernel timeline: the last one is
+# session 23's), then 1 and 25 after any change.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
