@@ -60,6 +60,11 @@ def time_product(n: int, k: int, kw: dict, rows: int, gluon: bool, copies: int) 
     ws = [torch.randn(n, k, device=DEV, dtype=DT) / k ** 0.5 for _ in range(copies)]
     x = torch.randn(rows, k, device=DEV, dtype=DT)
     r = torch.randn(rows, n // 2 if kw.get("silu") else n, device=DEV, dtype=DT)
+    return graph_us(x, ws, kw, r, gluon)
+
+
+def graph_us(x, ws: list, kw: dict, r, gluon: bool) -> float:
+    """us per launch of x's product with each weight in ws, the launches back to back in one CUDA graph."""
     for w in ws:
         run(x, w, kw, r, gluon)
     torch.cuda.synchronize()
@@ -67,8 +72,8 @@ def time_product(n: int, k: int, kw: dict, rows: int, gluon: bool, copies: int) 
     with torch.cuda.graph(g):
         for w in ws:
             run(x, w, kw, r, gluon)
-    us = replay_ms(g) * 1e3 / copies
-    del g, ws
+    us = replay_ms(g) * 1e3 / len(ws)
+    del g
     return us
 
 

@@ -16,8 +16,8 @@ import sys
 
 import torch
 
-from gluon_gemv_probe import layer_products, run, timed
-from sparkdec.bench.kernels import copy_bandwidth, replay_ms
+from gluon_gemv_probe import graph_us, layer_products, run, timed
+from sparkdec.bench.kernels import copy_bandwidth
 from sparkdec.bench.shapes import SHAPES
 from sparkdec.ops import gluon_gemv as gg
 from sparkdec.ops.tiled_weights import set_tiled_
@@ -42,17 +42,7 @@ def product_alone(n: int, k: int, kw: dict, order: int, copies: int) -> tuple[fl
     ref = [run(x[:m], ws[0], kw, r, True).clone() for m in (1, 8)]
     register(ws, order)
     diffs = sum(int((run(x[:m], ws[0], kw, r, True) != want).sum()) for m, want in zip((1, 8), ref))
-    x1 = x[:1]
-    for w in ws:
-        run(x1, w, kw, r, True)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for w in ws:
-            run(x1, w, kw, r, True)
-    us = replay_ms(g) * 1e3 / copies
-    del g
-    return us, diffs
+    return graph_us(x[:1], ws, kw, r, True), diffs
 
 
 def layer_chain(weights: list[dict]):

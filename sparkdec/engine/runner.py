@@ -81,9 +81,8 @@ class ModelRunner:
         # tile in place where the Gluon products run them (gluon_gemv.TILED_SHAPES); row-major again where not, so
         # that engines built on shared models agree
         drafted = list(self.drafter.layers) if self.drafter is not None else []
-        for layer in list(self.target.model.layers) + drafted:
-            for w in layer.tileable_weights():
-                tiled = layer not in drafted or gluon_gemv.TILED_DRAFTER
+        for group, tiled in ((self.target.model.layers, True), (drafted, gluon_gemv.TILED_DRAFTER)):
+            for w in (w for layer in group for w in layer.tileable_weights()):
                 set_tiled_(w, gluon_gemv.tiles_for(w) if tiled else None)
 
     def enable_graphs(self, max_seqs: int) -> None:
