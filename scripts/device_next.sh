@@ -202,6 +202,13 @@ elif [ "$1" = 39 ]; then  # (staged in session 33) what session 33's end run cut
     "engines_with_tiled or attention_load_schedules" 2>&1 | grep -E "passed|failed|^E  |^FAILED|s call" | head -12
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 280 python scripts/ab_decode.py $OUT/tiled_8b_ab.json \
     qwen3-8b base tiled_8b base#2 tiled_8b#2 2>&1 | grep "ctx "
+elif [ "$1" = 42 ]; then  # (session 34) 39's tests, then 41's MLP tiles at one row, then the 8B tiled, in 480 s
+  timeout 300 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --durations=3 -k \
+    "engines_with_tiled or attention_load_schedules" 2>&1 | grep -E "passed|failed|^E  |^FAILED|s call" | head -12
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout $(( 480 - SECONDS )) python scripts/ab_decode.py \
+    $OUT/tiled_retune_ab.json qwen3-4b base tiled_gu256 tiled_dn_st8 tiled_gu_st6 tiled_dn_st4 base#2 2>&1 | grep "ctx "
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout $(( 480 - SECONDS )) python scripts/ab_decode.py \
+    $OUT/tiled_8b_ab.json qwen3-8b base tiled_8b base#2 tiled_8b#2 2>&1 | grep "ctx "
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
