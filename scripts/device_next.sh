@@ -209,6 +209,10 @@ elif [ "$1" = 42 ]; then  # (session 34) 39's tests, then 41's MLP tiles at one 
     $OUT/tiled_retune_ab.json qwen3-4b base tiled_gu256 tiled_dn_st8 tiled_gu_st6 tiled_dn_st4 base#2 2>&1 | grep "ctx "
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout $(( 480 - SECONDS )) python scripts/ab_decode.py \
     $OUT/tiled_8b_ab.json qwen3-8b base tiled_8b base#2 tiled_8b#2 2>&1 | grep "ctx "
+elif [ "$1" = 43 ]; then  # (session 34) qkv in 16 KB tiles (row-major, tiled), o paced at 2 on tiled weights; then 40
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 280 python scripts/ab_decode.py $OUT/tiled_qkv128_ab.json \
+    qwen3-4b base qkv128 tiled_qkv128 pace2_1280 base#2 qkv128#2 tiled_qkv128#2 2>&1 | grep "ctx "
+  bash "$0" 40
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
