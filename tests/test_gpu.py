@@ -314,8 +314,8 @@ def test_engines_with_tiled_weights_decode_the_row_major_tokens(monkeypatch):
     """A two-layer Qwen3-4B-shaped target (and a drafter of the released shape over its two layers): the engine
     stores o, gate_up and down tile by tile; its greedy tokens (CUDA graphs, 1k-token prompt) equal those of an
     engine that keeps them row-major on the same model (tiles undone in place), and speculative greedy equals
-    plain; the model's row_major_state_dict still gives its weights' values. GPU_TILED_DRAFTER=1: the drafter's
-    layers tiled too (gluon_gemv.TILED_DRAFTER, staged)."""
+    plain; the model's row_major_state_dict still gives its weights' values. The drafter's layers are tiled too
+    (gluon_gemv.TILED_DRAFTER, shipped on); GPU_TILED_DRAFTER=0 keeps them row-major."""
     import os
     from dataclasses import replace
 
@@ -329,7 +329,7 @@ def test_engines_with_tiled_weights_decode_the_row_major_tokens(monkeypatch):
     draft_of = shapes.released_draft_config
     monkeypatch.setattr(shapes, "released_draft_config",
                         lambda c: replace(draft_of(c), num_target_layers=2, target_layer_ids=(0, 1)))
-    drafter_tiled = os.environ.get("GPU_TILED_DRAFTER") == "1"
+    drafter_tiled = os.environ.get("GPU_TILED_DRAFTER", "1") == "1"
     monkeypatch.setattr(gg, "TILED_DRAFTER", drafter_tiled)
     models = shapes.random_models("qwen3-4b-2l")
     before = {name: t.clone() for name, t in models[0].state_dict().items()}

@@ -237,11 +237,13 @@ LONE_ROW_STAGES: dict[tuple[int, int], int] = {}
 # one contiguous block and a K step's tiles side by side, 4B decode at 1k 2.499/2.482 -> 2.464/2.462 ms/token, 8-row
 # replay 2.732/2.733 -> 2.711/2.712 (tiled_mlp_ab_h200_2026-12-02_session33.json); the tiles a row of tiles after
 # another equal or slower (tiled1_mlp there); qkv tiled too slower (1-row replay +1.5%, tiled_only_ab_*; likely its
-# faster stream delaying the latency-bound kernels under it); the Qwen3-8B shapes not measured (ab_decode tiled_8b)
+# faster stream delaying the latency-bound kernels under it; in 16 KB tiles, row-major or tiled, slower still:
+# tiled_qkv128_ab_*_session34.json); the Qwen3-8B shapes tiled equal (4.389/4.402 -> 4.389/4.391 ms/token,
+# tiled_8b_ab_h200_2026-12-02_session34.json), so they stay row-major
 TILED_SHAPES: set[tuple[int, int]] = {(2560, 4096), (19456, 2560), (2560, 9728)}
-# (staged in session 33, not measured: ab_decode "tiled_draft") the drafter's layers' o, gate_up and down too (their
-# shapes are the target's), for the propose graph
-TILED_DRAFTER = False
+# the drafter's layers' o, gate_up and down too (their shapes are the target's), for the propose graph: propose
+# replay 0.683/0.683 -> 0.680/0.680 ms (tiled_draft_ab_h200_2026-12-02_session34.json; tokens tested on the H200)
+TILED_DRAFTER = True
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
