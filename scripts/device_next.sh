@@ -213,6 +213,11 @@ elif [ "$1" = 43 ]; then  # (session 34) qkv in 16 KB tiles (row-major, tiled), 
   env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 280 python scripts/ab_decode.py $OUT/tiled_qkv128_ab.json \
     qwen3-4b base qkv128 tiled_qkv128 pace2_1280 base#2 qkv128#2 tiled_qkv128#2 2>&1 | grep "ctx "
   bash "$0" 40
+elif [ "$1" = 44 ]; then  # (session 34) a short end run: the tiled tests (drafter tiled on), then the 4B bench
+  timeout 150 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "tiled" 2>&1 \
+    | grep -E "passed|failed|^E  |^FAILED" | head -8
+  timeout 170 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
+    | grep "^qwen3"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
