@@ -29,6 +29,9 @@
 # tiled test and the last test of the second half cut by the call's time). Next: 39 (those two tests, then the 8B's
 # tiled A/B), 41 and 40 (tiles retuned on tiled weights; the drafter tiled), 2 (the kernel timeline: the last one is
 # session 23's), then 1 and 25 after any change.
+# Session 34 ran 42 (39's two tests passed; MLP tiles retuned: slower; 8B tiled: equal), 38 (78.2%), 43 (qkv in 16 KB
+# tiles and o paced at 2: slower; the drafter tiled: propose -0.4%, shipped) and a 1k end run (79.8%). Next: the
+# schedule of docs/research/megakernel-gluon.md steps 2-4; the full suite (1 and 25) at the shipped code.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
