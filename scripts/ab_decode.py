@@ -397,7 +397,8 @@ VARIANTS["combine_for"] = {(triton_attention, "COMBINE_WHILE"): False}
 # row-major weights (code in b259369)
 VARIANTS["untiled"] = {(gluon_gemv, "TILED_SHAPES"): set()}
 VARIANTS["tiled_qkv"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {QKV}}
-VARIANTS["tiled_draft"] = {(gluon_gemv, "TILED_DRAFTER"): True}  # (staged in session 33) the drafter's layers too
+VARIANTS["tiled_draft"] = {(gluon_gemv, "TILED_DRAFTER"): True}  # the drafter's layers too (on since session 34)
+VARIANTS["untiled_draft"] = {(gluon_gemv, "TILED_DRAFTER"): False}
 # (staged in session 33) the MLP's Gluon tiles retuned for the tiled layout (chosen in session 9 on row-major weights;
 # a tile's bits do not depend on BK or the ring): gate_up in 32 KB tiles or a deeper ring, down's ring shallower or
 # deeper (its BK stays 128: 256 does not divide its split-K slices)
