@@ -79,7 +79,7 @@
 #    left of 500 s (give the tiled tests more than 120 s: the engine-level one did not end within it)
 # 41. (staged in session 33) gate_up's and down's Gluon tiles and rings retuned on tiled weights, qkv in 64 x 128 tiles
 #    row-major and tiled: the 4B A/B at 1k
-# 40. (staged in session 33) the drafter's o, gate_up and down stored tile by tile too (gluon_gemv.TILED_DRAFTER): the
+# 40. (session 33, run in 34: shipped on) the drafter's o, gate_up and down stored tile by tile (gluon_gemv.TILED_DRAFTER): the
 #    engine-level tiled test with it on (speculative against plain), then the propose A/B at 1k
 # 39. (staged in session 33) the engine-level tiled test and test_attention_load_schedules_keep_the_tokens (cut short in
 #    38), then the Qwen3-8B A/B of its o, gate_up and down stored tile by tile (ab_decode tiled_8b)
