@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ab_decode
 from sparkdec.models import qwen3
-from sparkdec.ops import gluon_split, triton_attention, triton_fused
+from sparkdec.ops import gluon_gemv, gluon_split, triton_attention, triton_fused
 
 
 class _Skip:
@@ -48,6 +48,11 @@ ABLATIONS = {
     "no_norm": NORM,
     "no_short": {**NORM, **ROPE, **SPLIT, **COMBINE},
 }
+# the 4B products not waiting for the kernel before them (gluon_gemv.NO_WAIT): what each boundary's wait costs
+_4B = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)}
+for _names in (["qkv"], ["o"], ["gate_up"], ["down"], ["gate_up", "down"], list(_4B)):
+    ABLATIONS["nowait_" + "_".join(_names) if len(_names) < 4 else "nowait_all"] = {
+        (gluon_gemv, "NO_WAIT"): {_4B[n] for n in _names}}
 
 if __name__ == "__main__":
     ab_decode.VARIANTS.update(ABLATIONS)

@@ -153,7 +153,9 @@ if AVAILABLE:
         else:
             for j in gl.static_range(PRE):
                 _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, TILED)
-        if PDL:
+        if PDL == 4:  # (timing-only ablation, NO_WAIT: no wait for the previous kernel; trigger as mode 2)
+            gdc_launch_dependents()
+        elif PDL:
             gdc_wait()
             if PDL == 2:
                 gdc_launch_dependents()
@@ -244,6 +246,9 @@ TILED_SHAPES: set[tuple[int, int]] = {(2560, 4096), (19456, 2560), (2560, 9728)}
 # the drafter's layers' o, gate_up and down too (their shapes are the target's), for the propose graph: propose
 # replay 0.683/0.683 -> 0.680/0.680 ms (tiled_draft_ab_h200_2026-12-02_session34.json; tokens tested on the H200)
 TILED_DRAFTER = True
+# timing-only ablation (scripts/ab_ablate.py): the shapes whose mode-2 products do not wait for the kernel before
+# them (PDL 4; outputs garbage). What a product's wait costs bounds what folding that boundary away can gain
+NO_WAIT: set[tuple[int, int]] = set()
 _DESCRIPTORS: dict[tuple, object] = {}
 _HOPPER: dict[torch.device, bool] = {}
 
@@ -321,6 +326,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, res: torch.Te
     ws = out
     if split_k > 1:
         ws = torch.empty(split_k * tiles * bn * mp, dtype=torch.float32, device=x.device)
+    if pdl == 2 and tuple(weight.shape) in NO_WAIT:
+        pdl = 4
     extra = {"launch_pdl": True} if pdl else {}
     pace = PACED.get(tuple(weight.shape), 0) if m <= PACED_ROWS else 0
     tiled = tiles_of(weight)  # (supports: None or this launch's tiles)
