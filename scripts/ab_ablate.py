@@ -7,6 +7,7 @@ usage: python scripts/ab_ablate.py OUT.json [shape] [variant ...]   (variants: a
 from __future__ import annotations
 
 import ab_decode
+import torch
 from sparkdec.models import qwen3
 from sparkdec.ops import gluon_gemv, gluon_split, triton_attention, triton_fused
 
@@ -48,11 +49,21 @@ ABLATIONS = {
     "no_norm": NORM,
     "no_short": {**NORM, **ROPE, **SPLIT, **COMBINE},
 }
+_embedding = torch.nn.functional.embedding
+
+
+def _clamped_embedding(ids, weight, *args, **kwargs):
+    """Stands in for F.embedding: ids clamped into the vocabulary (a garbage forward's NaN logits pick id V)."""
+    return _embedding(ids.clamp(0, weight.shape[0] - 1), weight, *args, **kwargs)
+
+
+CLAMP = {(torch.nn.functional, "embedding"): _clamped_embedding}
+ABLATIONS["clamped"] = CLAMP  # the baseline of the nowait_* ablations (one clamp kernel more per forward)
 # the 4B products not waiting for the kernel before them (gluon_gemv.NO_WAIT): what each boundary's wait costs
 _4B = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down": (2560, 9728)}
 for _names in (["qkv"], ["o"], ["gate_up"], ["down"], ["gate_up", "down"], list(_4B)):
     ABLATIONS["nowait_" + "_".join(_names) if len(_names) < 4 else "nowait_all"] = {
-        (gluon_gemv, "NO_WAIT"): {_4B[n] for n in _names}}
+        (gluon_gemv, "NO_WAIT"): {_4B[n] for n in _names}, **CLAMP}
 
 if __name__ == "__main__":
     ab_decode.VARIANTS.update(ABLATIONS)
