@@ -24,6 +24,7 @@ COMBINE = {(triton_attention, "_combine_kernel"): SKIP}
 SPLIT = {(triton_attention, "_split_kernel"): SKIP, (gluon_split, "_gluon_split_kernel"): SKIP}  # (the short graph's)
 ROPE = {(triton_fused, "_qkv_rope_store_kernel"): SKIP}
 NORM = {(triton_fused, "_rms_norm_kernel"): SKIP}
+SLICES = {(triton_fused, "_rms_norm_slices_kernel"): SKIP}  # the norms after o and down (they sum the slices)
 
 
 def _raw_q(qkv, num_q, num_kv, q_weight, k_weight, eps, cos, sin, positions, slots, k_cache, v_cache):
@@ -64,6 +65,10 @@ _4B = {"qkv": (6144, 2560), "o": (2560, 4096), "gate_up": (19456, 2560), "down":
 for _names in (["qkv"], ["o"], ["gate_up"], ["down"], ["gate_up", "down"], list(_4B)):
     ABLATIONS["nowait_" + "_".join(_names) if len(_names) < 4 else "nowait_all"] = {
         (gluon_gemv, "NO_WAIT"): {_4B[n] for n in _names}, **CLAMP}
+# the products alone as separate kernels with no waits: what streaming the bytes op by op costs without any dependency
+ABLATIONS["nowait_no_attention"] = {**ABLATIONS["nowait_all"], **SPLIT, **COMBINE}
+ABLATIONS["no_short_slices"] = {**ABLATIONS["no_short"], **SLICES, **CLAMP}  # the products alone, waits kept
+ABLATIONS["nowait_no_short"] = {**ABLATIONS["nowait_all"], **ABLATIONS["no_short"], **SLICES}
 
 if __name__ == "__main__":
     ab_decode.VARIANTS.update(ABLATIONS)
