@@ -48,3 +48,19 @@ def test_a_timed_plain_request_launches_one_forward_per_decoded_token(monkeypatc
     assert request_ms(eng, 12, 8, seed=0) > 0 and len(forwards) == 8
     assert request_ms(eng, 12, 5, seed=1, sampling=dict(temperature=0.8, top_p=0.95, seed=7)) > 0
     assert len(forwards) == 8 + 5
+
+
+def test_the_floors_follow_the_copy_bandwidth_they_are_given():
+    """bench kernels' floors: bytes over bandwidth, and every figure against them recomputed from the bytes, so the
+    run's end can re-apply the higher of its two bandwidth readings."""
+    from sparkdec.bench.kernels import apply_floors
+
+    run = {"weight_bytes": 8e9, "kv_bytes": 2e8, "plain_decode_ms": 2.5, "propose_floor_bytes": 2e9, "propose_ms": 0.8,
+           "propose_device_ms": 0.6}
+    apply_floors(run, 4.1e12)
+    assert abs(run["floor_ms"] - 8.2e9 / 4.1e12 * 1e3) < 1e-12 and abs(run["fraction_of_floor"] - 0.8) < 1e-12
+    low = run["fraction_of_floor"]
+    apply_floors(run, 4.3e12)
+    assert run["fraction_of_floor"] < low and abs(run["propose_floor_ms"] - 2e9 / 4.3e12 * 1e3) < 1e-12
+    assert abs(run["propose_over_floor"] * run["propose_floor_ms"] - 0.8) < 1e-12
+    assert abs(run["propose_device_over_floor"] * run["propose_floor_ms"] - 0.6) < 1e-12
