@@ -32,6 +32,10 @@
 # Session 34 ran 42 (39's two tests passed; MLP tiles retuned: slower; 8B tiled: equal), 38 (78.2%), 43 (qkv in 16 KB
 # tiles and o paced at 2: slower; the drafter tiled: propose -0.4%, shipped) and a 1k end run (79.8%). Next: the
 # schedule of docs/research/megakernel-gluon.md steps 2-4; the full suite (1 and 25) at the shipped code.
+# Session 35 ran 45's parts (the products' waits bound a cross-boundary schedule at under 3%; the products alone stream
+# at the copy bandwidth when nothing waits; the copy bandwidth read 4.14 and 4.24 TB/s in two processes on one machine:
+# the bench now copies 4 GiB at both ends of a run), 1 (27 passed) and the bench. Next: 25 (the second half at this
+# code), then the register-fed weight loads of docs/research/megakernel-gluon.md's session-35 status.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -221,6 +225,13 @@ elif [ "$1" = 44 ]; then  # (session 34) a short end run: the tiled tests (draft
     | grep -E "passed|failed|^E  |^FAILED" | head -8
   timeout 170 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --out $OUT/kernels.json 2>&1 \
     | grep "^qwen3"
+elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the copy bandwidth's steadiness, the 4B bench
+  env AB_ROWS=1 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_ablate.py $OUT/wait_ablation.json qwen3-4b \
+    clamped nowait_o nowait_gate_up_down nowait_all no_short_slices nowait_no_short nowait_no_attention clamped#2 2>&1 \
+    | grep -E "ctx |Error"
+  timeout 60 python scripts/copy_bandwidth_probe.py $OUT/copy_bw.json
+  timeout 170 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --out $OUT/kernels.json 2>&1 \
+    | grep -E "^qwen3|^copy"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
