@@ -366,5 +366,6 @@ def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True, on_ru
     results["copy_bandwidth_Bps"] = max(bw, end)
     for r in results["runs"]:
         apply_floors(r, results["copy_bandwidth_Bps"])
-    print(f"copy bandwidth {bw / 1e12:.3f} TB/s at the start, {end / 1e12:.3f} at the end; the floors use the higher")
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s at the start, {end / 1e12:.3f} at the end; at the higher: " + ", ".join(
+        f"{r['shape']} ctx {r['ctx']} {r['fraction_of_floor']:.1%} of floor {r['floor_ms']:.3f} ms" for r in results["runs"]))
     return results
