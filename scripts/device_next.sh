@@ -35,7 +35,7 @@
 # Session 35 ran 45's parts (the products' waits bound a cross-boundary schedule at under 3%; the products alone stream
 # at the copy bandwidth when nothing waits; the copy bandwidth read 4.14 and 4.24 TB/s in two processes on one machine:
 # the bench now copies 4 GiB at both ends of a run), 1 (27 passed) and the bench. Next: 25 (the second half at this
-# code), then the register-fed weight loads of docs/research/megakernel-gluon.md's session-35 status.
+# code), then 46 (the register-fed weight loads of docs/research/megakernel-gluon.md's session-35 status, staged).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -232,6 +232,9 @@ elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the co
   timeout 60 python scripts/copy_bandwidth_probe.py $OUT/copy_bw.json
   timeout 170 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --out $OUT/kernels.json 2>&1 \
     | grep -E "^qwen3|^copy"
+elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product, time
+  timeout 60 python scripts/register_fed_probe.py --compile-only
+  timeout 300 python scripts/register_fed_probe.py $OUT/register_fed_probe.json 2>&1 | grep -E "^(qkv|gate_up|o_)|Error"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
