@@ -232,7 +232,7 @@ elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the co
   timeout 60 python scripts/copy_bandwidth_probe.py $OUT/copy_bw.json
   timeout 170 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --out $OUT/kernels.json 2>&1 \
     | grep -E "^qwen3|^copy"
-elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product, time
+elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product (output or split-K slices), time
   timeout 60 python scripts/register_fed_probe.py --compile-only
   timeout 300 python scripts/register_fed_probe.py $OUT/register_fed_probe.json 2>&1 | grep -E "^(qkv|gate_up|o_)|Error"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose

@@ -70,14 +70,16 @@ def _frag_tile(w_ptr, tile):
 
 
 @gluon.jit
-def _reg_gemv_kernel(w_ptr, x_ptr, out_ptr, M, N, stride_xm, stride_om, K: gl.constexpr, MP: gl.constexpr,
-                     PDL: gl.constexpr, num_warps: gl.constexpr):
-    NK: gl.constexpr = K // 128
+def _reg_gemv_kernel(w_ptr, x_ptr, out_ptr, ws_ptr, M, N, stride_xm, stride_om, K: gl.constexpr, MP: gl.constexpr,
+                     SPLIT_K: gl.constexpr, PDL: gl.constexpr, num_warps: gl.constexpr):
+    NK: gl.constexpr = K // SPLIT_K // 128  # this program's tiles (at least four)
+    gl.static_assert(NK >= 4)
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                     instr_shape=[16, MP, 16])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
     pid = gl.program_id(0)
-    first = pid * NK
+    pid_s = gl.program_id(1)
+    first = pid * (K // 128) + pid_s * NK  # a row tile's K tiles are stored one after another
     a0 = _frag_tile(w_ptr, first)  # the first four tiles: requested before the wait (they never depend on it)
     a1 = _frag_tile(w_ptr, first + 1)
     a2 = _frag_tile(w_ptr, first + 2)
@@ -87,7 +89,7 @@ def _reg_gemv_kernel(w_ptr, x_ptr, out_ptr, M, N, stride_xm, stride_om, K: gl.co
         gdc_launch_dependents()
     xs_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([MP, 128], gl.bfloat16)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [NK, MP, 128], xs_l)
-    gg._load_x_slice(x_ptr, x_smem, M, stride_xm, 0, NK, MP, 128, num_warps)
+    gg._load_x_slice(x_ptr, x_smem, M, stride_xm, pid_s * (K // SPLIT_K), NK, MP, 128, num_warps)
     acc = gl.zeros([64, MP], gl.float32, layout=acc_l)
     for i in gl.static_range(NK):  # K order, one tile a step (the shipped product's order)
         if i % 4 == 0:
@@ -111,33 +113,42 @@ def _reg_gemv_kernel(w_ptr, x_ptr, out_ptr, M, N, stride_xm, stride_om, K: gl.co
                 a3 = nxt
     el: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
     y = gl.convert_layout(acc, el)  # [64, MP]
-    gg._epilogue(y, out_ptr, out_ptr, M, N, pid, stride_om, stride_om, False, False, 64, MP, el,
-                 x_ptr.dtype.element_ty)
+    if SPLIT_K == 1:
+        gg._epilogue(y, out_ptr, out_ptr, M, N, pid, stride_om, stride_om, False, False, 64, MP, el,
+                     x_ptr.dtype.element_ty)
+    else:  # the slice's fp32 tile, stored as the shipped product's defer workspace [SPLIT_K, tiles, MP, BN]
+        part = (gl.arange(0, 64, layout=gl.SliceLayout(1, el))[:, None]
+                + gl.arange(0, MP, layout=gl.SliceLayout(0, el))[None, :] * 64)
+        gl.store(ws_ptr + (pid_s * gl.num_programs(0) + pid) * (64 * MP) + part, y)
 
 
-def reg_gemv(x: torch.Tensor, w_frag: torch.Tensor, out: torch.Tensor, pdl: int = 0) -> torch.Tensor:
+def reg_gemv(x: torch.Tensor, w_frag: torch.Tensor, out: torch.Tensor, split_k: int = 1, pdl: int = 0) -> torch.Tensor:
+    """The register-fed product into out [M, N] (split_k 1), or its slices' fp32 workspace (split_k > 1)."""
     m, k = x.shape
     n = out.shape[1]
+    mp = gg.row_pad(m)
+    ws = out if split_k == 1 else torch.empty(split_k * (n // BN) * BN * mp, dtype=torch.float32, device=x.device)
     extra = {"launch_pdl": True} if pdl else {}
-    _reg_gemv_kernel[(n // BN, )](w_frag, x, out, m, n, x.stride(0), out.stride(0), K=k, MP=gg.row_pad(m), PDL=pdl,
-                                  num_warps=4, **extra)
-    return out
+    _reg_gemv_kernel[(n // BN, split_k)](w_frag, x, out, ws, m, n, x.stride(0), out.stride(0), K=k, MP=mp,
+                                         SPLIT_K=split_k, PDL=pdl, num_warps=4, **extra)
+    return ws
 
 
 def compile_only() -> None:
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    consts = {"K": 2560, "MP": 8, "PDL": 2, "num_warps": 4}
-    sig = {"w_ptr": "*bf16", "x_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "stride_xm": "i32",
-           "stride_om": "i32", **{name: "constexpr" for name in consts}}
-    attrs = {(i, ): [["tt.divisibility", 16]] for i in (0, 1, 2, 5, 6)}
-    kernel = triton.compile(GluonASTSource(_reg_gemv_kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                            options=dict(num_warps=4))
-    ptx = kernel.asm["ptx"]
-    ops = [line.split()[0] for line in ptx.splitlines() if "ld.global" in line]
-    print("wgmma", sum("wgmma.mma_async" in line for line in ptx.splitlines()), "loads",
-          {op: ops.count(op) for op in sorted(set(ops))})
+    sig = {"w_ptr": "*bf16", "x_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32", "M": "i32", "N": "i32",
+           "stride_xm": "i32", "stride_om": "i32"}
+    attrs = {(i, ): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 6, 7)}
+    for k, split in ((4096, 8), (2560, 1)):  # o's shape at its split-K (the defer store), then qkv's
+        consts = {"K": k, "MP": 8, "SPLIT_K": split, "PDL": 2, "num_warps": 4}
+        kernel = triton.compile(GluonASTSource(_reg_gemv_kernel, {**sig, **{c: "constexpr" for c in consts}}, consts,
+                                               attrs), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+        ptx = kernel.asm["ptx"]
+        ops = [line.split()[0] for line in ptx.splitlines() if "ld.global" in line]
+        print(f"K {k} split {split}: wgmma", sum("wgmma.mma_async" in line for line in ptx.splitlines()), "loads",
+              {op: ops.count(op) for op in sorted(set(ops))})
     # the kernel's reshape and permute, done by torch on one stored tile, must give the tile back
     w = torch.randn(BN, BK)
     v = fragment_order(w).view(2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2).permute(3, 4, 11, 5, 6, 7, 0, 1, 2, 10, 8, 9, 12)
@@ -166,26 +177,33 @@ def chain_us(fn, copies: int) -> float:
 
 
 def main(path: str) -> None:
+    """Per 4B product at its shipped split-K: differing elements against the shipped Gluon product (its output, or its
+    slices' workspace), and us per launch of both in a graph over about 1 GB of weight copies, one row, PDL mode 2."""
     torch.manual_seed(0)
     res = {"device": torch.cuda.get_device_name(), "products": {}}
-    for name, (n, k) in {"qkv": (6144, 2560), "gate_up": (19456, 2560), "o_split1": (2560, 4096)}.items():
+    for name, (n, k, split) in {"qkv": (6144, 2560, 1), "o": (2560, 4096, 8), "gate_up": (19456, 2560, 1),
+                                "down": (2560, 9728, 4)}.items():
+        cfg = gg.CONFIGS[(n, k)]
+
+        def shipped(x, w, out, pdl=0):
+            return gg.gemv(x, w, out, x, None, cfg, split, False, False, pdl, defer=split > 1)
+
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
         wf = fragment_order(w)
-        row = {}
+        row = {"split_k": split, "shipped_tiles": cfg}
         for m in (1, 8, 16):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ref = gg.gemv(x, w, torch.empty(m, n, device="cuda", dtype=x.dtype), x, None, (64, 128, 4, 1), 1, False,
-                          False, 0)
-            got = reg_gemv(x, wf, torch.empty_like(ref))
+            ref = shipped(x, w, torch.empty(m, n, device="cuda", dtype=x.dtype))
+            got = reg_gemv(x, wf, torch.empty(m, n, device="cuda", dtype=x.dtype), split)
             row[f"differing_elements_{m}_rows"] = int((got != ref).sum())
-        copies = max(2, (1 << 30) // (n * k * 2))  # about 1 GB of weights
+        copies = max(2, (1 << 30) // (n * k * 2))
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
         wfs = [fragment_order(t) for t in ws]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(1, n, device="cuda", dtype=x.dtype)
-        shipped = chain_us(lambda i: gg.gemv(x, ws[i], out, x, None, (64, 128, 4, 1), 1, False, False, 2), copies)
-        reg = chain_us(lambda i: reg_gemv(x, wfs[i], out, pdl=2), copies)
-        row.update(shipped_us=shipped, register_fed_us=reg, bytes=n * k * 2, copies=copies)
+        row["shipped_us"] = chain_us(lambda i: shipped(x, ws[i], out, pdl=2), copies)
+        row["register_fed_us"] = chain_us(lambda i: reg_gemv(x, wfs[i], out, split, pdl=2), copies)
+        row.update(bytes=n * k * 2, copies=copies)
         res["products"][name] = row
         print(name, row, flush=True)
         del ws, wfs
