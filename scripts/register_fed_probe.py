@@ -20,6 +20,7 @@ from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from sparkdec.ops import gluon_gemv as gg
+from sweep_gemm import graph_time  # us per launch of fn(i) over weight copies, in one graph
 
 BN, BK, RT = 64, 128, 4  # tile rows, tile K, tiles in flight per program
 # the A fragment of wgmma m64nMPk16 (bf16, k_width 2) on a [64, 128] tile, from Gluon 3.6's to_linear_layout of
@@ -92,25 +93,10 @@ def _reg_gemv_kernel(w_ptr, x_ptr, out_ptr, ws_ptr, M, N, stride_xm, stride_om, 
     gg._load_x_slice(x_ptr, x_smem, M, stride_xm, pid_s * (K // SPLIT_K), NK, MP, 128, num_warps)
     acc = gl.zeros([64, MP], gl.float32, layout=acc_l)
     for i in gl.static_range(NK):  # K order, one tile a step (the shipped product's order)
-        if i % 4 == 0:
-            cur = a0
-        elif i % 4 == 1:
-            cur = a1
-        elif i % 4 == 2:
-            cur = a2
-        else:
-            cur = a3
-        acc = warpgroup_mma(gl.convert_layout(cur, a_l, assert_trivial=True), x_smem.index(i).permute((1, 0)), acc)
-        if i + 4 < NK:  # the slot's next tile, four steps ahead
-            nxt = _frag_tile(w_ptr, first + i + 4)
-            if i % 4 == 0:
-                a0 = nxt
-            elif i % 4 == 1:
-                a1 = nxt
-            elif i % 4 == 2:
-                a2 = nxt
-            else:
-                a3 = nxt
+        acc = warpgroup_mma(gl.convert_layout(a0, a_l, assert_trivial=True), x_smem.index(i).permute((1, 0)), acc)
+        a0, a1, a2 = a1, a2, a3  # the tiles in flight move up a slot (unrolled: register renaming, no moves)
+        if i + 4 < NK:  # the tile four steps ahead
+            a3 = _frag_tile(w_ptr, first + i + 4)
     el: gl.constexpr = gl.BlockedLayout([2, 1], [4, 8], [num_warps, 1], [1, 0])
     y = gl.convert_layout(acc, el)  # [64, MP]
     if SPLIT_K == 1:
@@ -162,20 +148,6 @@ def compile_only() -> None:
         print("resources unknown:", exc)
 
 
-def chain_us(fn, copies: int) -> float:
-    """us per launch of fn(i) for i < copies, captured in one graph (distinct weights: L2 defeated)."""
-    from sparkdec.bench.kernels import replay_ms
-
-    for i in range(copies):
-        fn(i)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(copies):
-            fn(i)
-    return replay_ms(g) * 1e3 / copies
-
-
 def main(path: str) -> None:
     """Per 4B product at its shipped split-K: differing elements against the shipped Gluon product (its output, or its
     slices' workspace), and us per launch of both in a graph over about 1 GB of weight copies, one row, PDL mode 2."""
@@ -201,8 +173,8 @@ def main(path: str) -> None:
         wfs = [fragment_order(t) for t in ws]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         out = torch.empty(1, n, device="cuda", dtype=x.dtype)
-        row["shipped_us"] = chain_us(lambda i: shipped(x, ws[i], out, pdl=2), copies)
-        row["register_fed_us"] = chain_us(lambda i: reg_gemv(x, wfs[i], out, split, pdl=2), copies)
+        row["shipped_us"] = graph_time(lambda i: shipped(x, ws[i], out, pdl=2), copies)
+        row["register_fed_us"] = graph_time(lambda i: reg_gemv(x, wfs[i], out, split, pdl=2), copies)
         row.update(bytes=n * k * 2, copies=copies)
         res["products"][name] = row
         print(name, row, flush=True)
