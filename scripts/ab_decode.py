@@ -412,6 +412,9 @@ VARIANTS["tiled_qkv128"] = {**VARIANTS["qkv128"], (gluon_gemv, "TILED_SHAPES"): 
 # (staged in session 33) the Qwen3-8B o, gate_up and down tiled too (by role, as the 4B's)
 VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {(4096, 4096), (24576, 4096),
                                                                                  (4096, 12288)}}
+# (staged in session 36) the 4B o product register-fed (gluon_gemv.REGISTER_FED: its weight in fragment order, its
+# programs holding their whole slice in registers before the wait, beside the attention split's shared memory)
+VARIANTS["regfed_o"] = {(gluon_gemv, "REGISTER_FED"): {O}}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

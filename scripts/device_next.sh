@@ -235,6 +235,11 @@ elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the co
 elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product (output or split-K slices), time
   timeout 60 python scripts/register_fed_probe.py --compile-only
   timeout 300 python scripts/register_fed_probe.py $OUT/register_fed_probe.json 2>&1 | grep -E "^(qkv|o|gate_up|down) |Error|Traceback"
+elif [ "$1" = 47 ]; then  # (session 36) o register-fed in the engine: its bits and tokens tests, then the 4B A/B
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --durations=3 -k \
+    "register_fed or engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED|s call" | head -12
+  env AB_ROWS=1,8 AB_CONTEXTS=1024 timeout $(( 560 - SECONDS )) python scripts/ab_decode.py $OUT/regfed_o_ab.json \
+    qwen3-4b base regfed_o base#2 regfed_o#2 2>&1 | grep -E "ctx |Error"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8

@@ -79,3 +79,42 @@ def test_row_major_state_dict_undoes_tiled_fused_weights():
     after = model.row_major_state_dict()
     assert after.keys() == before.keys()
     assert all(torch.equal(after[name], t) for name, t in before.items())
+
+
+def _fragment_position_of_register() -> torch.Tensor:
+    """[8192]: the tile element (row * 128 + k) that thread t's register 8c + e holds in wgmma's A fragment
+    (m64nMPk16, bf16), at position (c * 128 + t) * 8 + e; from the (row, k) bits each register, lane and warp bit
+    adds (Gluon 3.6's linear layout of DotOperandLayout(0, NVMMA v3, k_width 2) on a [64, 128] tile)."""
+    reg, lane, warp = [(0, 1), (8, 0), (0, 8), (0, 16), (0, 32), (0, 64)], [(0, 2), (0, 4), (1, 0), (2, 0), (4, 0)], \
+        [(16, 0), (32, 0)]
+    src = torch.empty(8192, dtype=torch.long)
+    for c in range(8):
+        for t in range(128):
+            for e in range(8):
+                row = k = 0
+                for value, bases in ((8 * c + e, reg), (t % 32, lane), (t // 32, warp)):
+                    for b, (r, kk) in enumerate(bases):
+                        if value >> b & 1:
+                            row, k = row ^ r, k ^ kk
+                src[(c * 128 + t) * 8 + e] = row * 128 + k
+    return src
+
+
+def test_fragment_order_puts_each_tile_in_the_a_fragment_registers_order():
+    w = torch.randn(128, 512)
+    rows = w.clone()
+    flat = tw.tiled_copy(w, 64, 128, tw.FRAGMENT).view(-1)
+    src = _fragment_position_of_register()
+    for i in range(2):  # row tiles
+        for j in range(4):  # K steps, side by side as in the row-major tiles
+            tile = w[i * 64:(i + 1) * 64, j * 128:(j + 1) * 128].reshape(-1)
+            at = (j * 2 + i) * 8192
+            assert torch.equal(flat[at:at + 8192], tile[src]), (i, j)
+    tw.set_tiled_(w, (64, 128, tw.FRAGMENT))
+    assert tw.tiles_of(w) == (64, 128, tw.FRAGMENT) and torch.equal(tw.row_major(w), rows)
+    tw.set_tiled_(w, (64, 128))  # fragment order -> row-major tiles -> rows
+    assert tw.tiles_of(w) == (64, 128) and torch.equal(tw.row_major(w), rows)
+    tw.set_tiled_(w, None)
+    assert torch.equal(w, rows)
+    with pytest.raises(AssertionError, match="fragment order"):
+        tw.tiled_copy(w, 32, 128, tw.FRAGMENT)
