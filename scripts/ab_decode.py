@@ -412,9 +412,9 @@ VARIANTS["tiled_qkv128"] = {**VARIANTS["qkv128"], (gluon_gemv, "TILED_SHAPES"): 
 # (staged in session 33) the Qwen3-8B o, gate_up and down tiled too (by role, as the 4B's)
 VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | {(4096, 4096), (24576, 4096),
                                                                                  (4096, 12288)}}
-# (staged in session 36) the 4B o product register-fed (gluon_gemv.REGISTER_FED: its weight in fragment order, its
-# programs holding their whole slice in registers before the wait, beside the attention split's shared memory)
-VARIANTS["regfed_o"] = {(gluon_gemv, "REGISTER_FED"): {O}}
+# (session 36: the 4B o product register-fed, "regfed_o": its weight in wgmma fragment order, each program's whole
+# slice in registers before its wait; same tokens, 1k decode 2.512/2.502 -> 2.578/2.574 ms/token, 8-row replay
+# 2.725/2.705 -> 2.802/2.797; regfed_o_ab_h200_2026-12-02_session36.json; removed, code in 2bf1fb7)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

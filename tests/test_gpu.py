@@ -310,44 +310,12 @@ def test_tiled_weights_give_the_row_major_bits():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
-def test_register_fed_products_give_the_row_major_bits():
-    """ops/gluon_regfed.py: the four Qwen3-4B products stored in fragment order give the row-major weights' bits in
-    the register-fed product (1-16 rows), its split-K slices left for the norm (partial) included, and in the Triton
-    kernel reading fragment tiles (17-300 rows), plain, SiLU and with a residual."""
-    from sparkdec.ops import gluon_regfed
-    from sparkdec.ops import triton_gemm as tg
-    from sparkdec.ops.partials import Partials
-    from sparkdec.ops.tiled_weights import FRAGMENT, set_tiled_
-
-    torch.manual_seed(0)
-    dev, dt = "cuda", torch.bfloat16
-    for n, k in [(2560, 4096), (6144, 2560), (19456, 2560), (2560, 9728)]:
-        w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
-        x = torch.randn(300, k, device=dev, dtype=dt)
-        r = torch.randn(300, n, device=dev, dtype=dt)
-        split = tg.split_k_of(n, k)
-        kws = [{}, {"silu": True}, {"residual": r}, {"residual": r, "partial": True}]
-        rows = (1, 5, 8, 16, 17, 64, 300)
-
-        def run(m, kw):
-            got = tg.gemm(x[:m], w, **({**kw, "residual": r[:m]} if "residual" in kw else kw))
-            return got.ws if isinstance(got, Partials) else got
-
-        want = {(m, i): run(m, kw) for m in rows for i, kw in enumerate(kws)}
-        set_tiled_(w, (64, 128, FRAGMENT))
-        for (m, i), ref in want.items():
-            assert gluon_regfed.supports(x[:m], w, split) == (m <= 16), (n, k, m)
-            assert torch.equal(run(m, kws[i]), ref), (n, k, m, kws[i].keys())
-
-
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="Hopper")
 def test_engines_with_tiled_weights_decode_the_row_major_tokens(monkeypatch):
     """A two-layer Qwen3-4B-shaped target (and a drafter of the released shape over its two layers): the engine
     stores o, gate_up and down tile by tile; its greedy tokens (CUDA graphs, 1k-token prompt) equal those of an
     engine that keeps them row-major on the same model (tiles undone in place), and speculative greedy equals
     plain; the model's row_major_state_dict still gives its weights' values. The drafter's layers are tiled too
-    (gluon_gemv.TILED_DRAFTER, shipped on); GPU_TILED_DRAFTER=0 keeps them row-major. With o in fragment order
-    (gluon_gemv.REGISTER_FED) plain and speculative greedy give those tokens too."""
+    (gluon_gemv.TILED_DRAFTER, shipped on); GPU_TILED_DRAFTER=0 keeps them row-major."""
     import os
     from dataclasses import replace
 
@@ -384,10 +352,6 @@ def test_engines_with_tiled_weights_decode_the_row_major_tokens(monkeypatch):
     assert tiled_ones(models[2].layers[0]) == [drafter_tiled and s for s in shipped]
     after = models[0].row_major_state_dict()
     assert all(torch.equal(after[name], t) for name, t in before.items())
-    monkeypatch.setattr(gg, "REGISTER_FED", {(2560, 4096)})  # o in fragment order (ops/gluon_regfed.py)
-    assert greedy(False) == tiled and greedy(True) == tiled
-    assert tiles_of(layer.self_attn.o_proj.weight)[2:] == ("fragment",)
-    monkeypatch.setattr(gg, "REGISTER_FED", set())
     monkeypatch.setattr(gg, "TILED_SHAPES", set())
     assert greedy(False) == tiled
     assert not any(tiled_ones(layer))

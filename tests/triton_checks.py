@@ -54,14 +54,11 @@ def check_gemm():
 
 def check_gemm_tiled():
     """A weight stored tile by tile (ops/tiled_weights.py) gives the row-major weight's bits: split-K 1 and 4, SiLU,
-    the 16-row tile and the prefill tiles (64 and 128 rows, BLOCK_K 64 across a 128-wide weight tile); the tiles in
-    fragment order too."""
-    from sparkdec.ops.tiled_weights import FRAGMENT, set_tiled_
+    the 16-row tile and the prefill tiles (64 and 128 rows, BLOCK_K 64 across a 128-wide weight tile)."""
+    from sparkdec.ops.tiled_weights import set_tiled_
 
     for n, k, cfg, tiles in [(128, 256, (32, 128, 1, 4, 2), (64, 128)), (256, 512, (32, 64, 4, 4, 2), (64, 128)),
-                             (192, 256, (64, 256, 1, 4, 2), (64, 256)),
-                             (256, 512, (32, 64, 4, 4, 2), (64, 128, FRAGMENT)),
-                             (128, 256, (64, 256, 1, 4, 2), (64, 128, FRAGMENT))]:
+                             (192, 256, (64, 256, 1, 4, 2), (64, 256))]:
         triton_gemm.CONFIGS[(n, k)] = cfg
         w, x, r = torch.randn(n, k), torch.randn(300, k), torch.randn(300, n // 2)
         want = {m: (gemm(x[:m], w), gemm(x[:m], w, silu=True, residual=r[:m])) for m in (1, 16, 100, 300)}

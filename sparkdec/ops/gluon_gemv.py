@@ -16,7 +16,7 @@ import torch
 import triton
 
 from sparkdec.ops.tile_tables import read_table
-from sparkdec.ops.tiled_weights import FRAGMENT, tiles_of
+from sparkdec.ops.tiled_weights import tiles_of
 
 try:  # Gluon ships with triton >= 3.5; the CPU path and older tritons use the Triton kernel alone
     from triton.experimental import gluon
@@ -246,11 +246,6 @@ TILED_SHAPES: set[tuple[int, int]] = {(2560, 4096), (19456, 2560), (2560, 9728)}
 # the drafter's layers' o, gate_up and down too (their shapes are the target's), for the propose graph: propose
 # replay 0.683/0.683 -> 0.680/0.680 ms (tiled_draft_ab_h200_2026-12-02_session34.json; tokens tested on the H200)
 TILED_DRAFTER = True
-# the weight shapes the engine stores in fragment order for the register-fed product (ops/gluon_regfed.py: its tiles
-# go to registers, so its programs need no ring of shared memory), on the Hopper path; they leave TILED_SHAPES' layout.
-# (session 36, staged: the 4B o product alone ran 6.09 -> 5.56 us in a chain of launches,
-# register_fed_probe_h200_2026-12-02_session36.json; qkv, gate_up and down slower there)
-REGISTER_FED: set[tuple[int, int]] = set()
 # timing-only ablation (scripts/ab_ablate.py): the shapes whose mode-2 products do not wait for the kernel before
 # them (PDL 4; outputs garbage). What a product's wait costs bounds what folding that boundary away can gain
 NO_WAIT: set[tuple[int, int]] = set()
@@ -295,16 +290,10 @@ def supports(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> tuple[int, 
     return cfg
 
 
-def tiles_for(w: torch.Tensor) -> tuple | None:
-    """The layout the engine stores w in on the Hopper Gluon path (ops/tiled_weights.py): the (BN, BK) tiles of
-    TILED_SHAPES, (64, 128, FRAGMENT) for REGISTER_FED, or None (row-major)."""
-    shape = tuple(w.shape)
-    if not AVAILABLE or not w.is_cuda or w.dtype != torch.bfloat16 or not _is_hopper(w.device):
-        return None
-    if shape in REGISTER_FED:
-        return (64, 128, FRAGMENT) if shape[0] % 64 == 0 and shape[1] % 128 == 0 else None
-    cfg = CONFIGS.get(shape) if shape in TILED_SHAPES else None
-    if cfg is None:
+def tiles_for(w: torch.Tensor) -> tuple[int, int] | None:
+    """The (BN, BK) tiles the engine stores w in (TILED_SHAPES on the Hopper Gluon path), or None (row-major)."""
+    cfg = CONFIGS.get(tuple(w.shape)) if tuple(w.shape) in TILED_SHAPES else None
+    if cfg is None or not AVAILABLE or not w.is_cuda or w.dtype != torch.bfloat16 or not _is_hopper(w.device):
         return None
     return (cfg[0], cfg[1]) if w.shape[0] % cfg[0] == 0 and w.shape[1] % cfg[1] == 0 else None
 

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from sparkdec.env import choice, flag
-from sparkdec.ops import gluon_gemv, gluon_regfed
+from sparkdec.ops import gluon_gemv
 from sparkdec.ops.tiled_weights import tiles_of
 from sparkdec.ops.partials import Partials
 from sparkdec.ops.tile_tables import read_table
@@ -157,26 +157,12 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 
 @triton.jit
-def _fragment_offset(r, k):
-    """Element (r, k) of a [64, 128] tile stored in fragment order (ops/tiled_weights._FRAGMENT_BITS): its bits
-    r5 r4 -> 9 8, r2 r1 r0 -> 7 6 5, r3 -> 1; k6 k5 k4 -> 12 11 10, k2 k1 -> 4 3, k3 -> 2, k0 -> 0."""
-    rows = ((r & 7) << 5) | ((r & 8) >> 2) | ((r & 48) << 4)
-    ks = (k & 1) | ((k & 6) << 2) | ((k & 8) >> 1) | ((k & 112) << 6)
-    return rows[:, None] + ks[None, :]
-
-
-@triton.jit
-def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn, row_tiles, TILE_N: tl.constexpr, TILE_K: tl.constexpr,
-            FRAG: tl.constexpr):
+def _load_w(w_ptr, cols, cmask, kk, kmask, stride_wn, row_tiles, TILE_N: tl.constexpr, TILE_K: tl.constexpr):
     """W[cols, kk]; TILE_N > 0: W stored tile by tile (ops/tiled_weights.py: [K / TILE_K, row_tiles, TILE_N,
-    TILE_K] tiles, row_tiles = N' / TILE_N), FRAG: each [64, 128] tile in fragment order."""
+    TILE_K] tiles, row_tiles = N' / TILE_N)."""
     if TILE_N:
         tile = (kk // TILE_K)[None, :] * row_tiles + (cols // TILE_N)[:, None]
-        if FRAG:
-            within = _fragment_offset(cols % TILE_N, kk % TILE_K)
-        else:
-            within = (cols % TILE_N)[:, None] * TILE_K + (kk % TILE_K)[None, :]
-        offs = tile * (TILE_N * TILE_K) + within
+        offs = tile * (TILE_N * TILE_K) + (cols % TILE_N)[:, None] * TILE_K + (kk % TILE_K)[None, :]
     else:
         offs = cols[:, None] * stride_wn + kk[None, :]
     return tl.load(w_ptr + offs, mask=cmask[:, None] & kmask[None, :], other=0.0)
@@ -219,8 +205,7 @@ def _epilogue(acc, out_ptr, res_ptr, rows, rmask, pid_n, N, stride_om, stride_rm
 def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_wn, stride_om, stride_rm,
                  row_tiles, K: tl.constexpr, SILU: tl.constexpr, RESIDUAL: tl.constexpr,
                  IEEE: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, TILE_N: tl.constexpr = 0, TILE_K: tl.constexpr = 0,
-                 FRAG: tl.constexpr = False):
+                 BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, TILE_N: tl.constexpr = 0, TILE_K: tl.constexpr = 0):
     pid_m = tl.program_id(0)  # NOTE: M tiles vary fastest, so the programs sharing a weight block run together
     pid_n = tl.program_id(1)
     pid_s = tl.program_id(2)  # which K slice (SPLIT_K > 1)
@@ -235,7 +220,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
     k_begin = pid_s * K_SLICE
     # the first weight tile does not depend on the previous kernel: load it before waiting for that kernel
     # (two or three tiles were slower: propose_glue_ahead_ab_h200_2026-11-30.json)
-    w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn, row_tiles, TILE_N, TILE_K, FRAG)
+    w = _load_w(w_ptr, wrows, wmask, k_begin + ks, k_begin + ks < K, stride_wn, row_tiles, TILE_N, TILE_K)
     pdl_wait(PDL)
     x = _load_x(x_ptr, rows, rmask, k_begin + ks, k_begin + ks < K, stride_xm)
     acc = _mma(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, IEEE)
@@ -243,8 +228,7 @@ def _gemm_kernel(x_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr, M, N, stride_x
         kk = k_begin + k0 + ks
         kmask = kk < K
         x = _load_x(x_ptr, rows, rmask, kk, kmask, stride_xm)
-        w = _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn, row_tiles, TILE_N, TILE_K, FRAG)
-        acc = _mma(acc, x, w, IEEE)
+        acc = _mma(acc, x, _load_w(w_ptr, wrows, wmask, kk, kmask, stride_wn, row_tiles, TILE_N, TILE_K), IEEE)
     pdl_release(PDL)
     finish_tile(acc, out_ptr, res_ptr, ws_ptr, cnt_ptr, rows, rmask, pid_m, pid_n, pid_s, N, stride_om, stride_rm,
                 SILU, RESIDUAL, BLOCK_M, BLOCK_N, OUT_N, SPLIT_K, x_ptr.dtype.element_ty)
@@ -319,21 +303,15 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
     if m == 0:
         return out
     res = residual if residual is not None else out
-    regfed = GLUON and gluon_regfed.supports(x, weight, split_k)  # a weight stored in fragment order
-    gluon_cfg = gluon_gemv.supports(x, weight, split_k) if GLUON and not regfed else None
-    if regfed or gluon_cfg is not None:
-        bn = gluon_regfed.TILE_N if regfed else gluon_cfg[0]
-        tiles = triton.cdiv(weight.shape[0], bn)
+    gluon_cfg = gluon_gemv.supports(x, weight, split_k) if GLUON else None
+    if gluon_cfg is not None:
+        tiles = triton.cdiv(weight.shape[0], gluon_cfg[0])
         counters = _counters(x.device, tiles) if split_k > 1 else None
         defer = partial and SUM_IN_NORM and split_k > 1 and not silu and out.dtype == x.dtype
-        if regfed:
-            got = gluon_regfed.gemv(x, weight, out, res, counters, split_k, silu, residual is not None,
-                                    pdl_mode("gluon"), defer=defer)
-        else:
-            got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                                  pdl_mode("gluon"), defer=defer)
+        got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
+                              pdl_mode("gluon"), defer=defer)
         if defer:  # got: the slices' workspace
-            return Partials(got, residual, out, split_k, tiles, bn, gluon_gemv.row_pad(m))
+            return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
         return got
     grid = (triton.cdiv(m, block_m), triton.cdiv(weight.shape[0], block_n), split_k)
     ws, cnt = out, out
@@ -341,12 +319,12 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         tiles = grid[0] * grid[1]
         ws = torch.empty(split_k * tiles * block_m * block_n, dtype=torch.float32, device=x.device)
         cnt = _counters(x.device, tiles)
-    tile_n, tile_k, *order = tiles_of(weight) or (0, 0)  # a weight stored tile by tile (ops/tiled_weights.py)
+    tile_n, tile_k = tiles_of(weight) or (0, 0)  # a weight stored tile by tile (ops/tiled_weights.py)
     _gemm_kernel[grid](x, weight, out, res, ws, cnt, m, n, x.stride(0), weight.stride(0), out.stride(0),
                        res.stride(0), weight.shape[0] // max(tile_n, 1), K=k, SILU=silu, RESIDUAL=residual is not None,
                        IEEE=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-                       SPLIT_K=split_k, TILE_N=tile_n, TILE_K=tile_k, FRAG=bool(order), num_warps=warps,
-                       num_stages=stages, **pdl_args())
+                       SPLIT_K=split_k, TILE_N=tile_n, TILE_K=tile_k, num_warps=warps, num_stages=stages,
+                       **pdl_args())
     return out
 
 
