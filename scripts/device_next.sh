@@ -237,6 +237,9 @@ elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the co
 elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product (output or split-K slices), time
   timeout 60 python scripts/register_fed_probe.py --compile-only
   timeout 300 python scripts/register_fed_probe.py $OUT/register_fed_probe.json 2>&1 | grep -E "^(qkv|o|gate_up|down) |Error|Traceback"
+elif [ "$1" = 48 ]; then  # (session 36) o's paced fill in 8 KB tiles (fewer bytes in flight during the attention chain)
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048 timeout 400 python scripts/ab_decode.py $OUT/o_bk64_ab.json \
+    qwen3-4b base o_bk64 o_bk64_p2 base#2 o_bk64#2 2>&1 | grep -E "ctx |Error"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
