@@ -415,11 +415,8 @@ VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | 
 # (session 36: the 4B o product register-fed, "regfed_o": its weight in wgmma fragment order, each program's whole
 # slice in registers before its wait; same tokens, 1k decode 2.512/2.502 -> 2.578/2.574 ms/token, 8-row replay
 # 2.725/2.705 -> 2.802/2.797; regfed_o_ab_h200_2026-12-02_session36.json; removed, code in 2bf1fb7)
-# (staged in session 36) o's fill before its wait with fewer bytes in flight: 8 KB tiles (BK 64, the same 64 KB ring in
-# 8 stages; a tile's bits do not depend on BK) paced at one tile per program (2.5 MB in flight across its 320 programs
-# rather than 5), or at two (the shipped 16 KB in flight, in halves)
-VARIANTS["o_bk64"] = _tiles(gluon={O: (64, 64, 8, 1)})
-VARIANTS["o_bk64_p2"] = {**VARIANTS["o_bk64"], (gluon_gemv, "PACED"): {O: 2}}
+# (session 36: o's paced fill in 8 KB tiles, BK 64 in 8 stages, paced at 1 (2.5 MB in flight, not 5) or 2: same tokens,
+# slower, 1k decode 2.493/2.477 -> 2.554/2.561 and 2.508 ms/token; o_bk64_ab_h200_2026-12-02_session36.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

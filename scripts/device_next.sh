@@ -37,7 +37,8 @@
 # the bench now copies 4 GiB at both ends of a run), 1 (27 passed) and the bench. Next: 25 (the second half at this
 # code), then 46 (the register-fed weight loads of docs/research/megakernel-gluon.md's session-35 status, staged).
 # Session 36 ran 46 (register-fed products: the same bits; alone in a chain o faster, the rest slower) and a step 47
-# (o register-fed in the engine, code in 2bf1fb7: its tests passed, 1k decode +2.7%; removed; *_session36.json).
+# (o register-fed in the engine, code in 2bf1fb7: its tests passed, 1k decode +2.7%; removed), a step 48 (o's paced
+# fill in 8 KB tiles: slower) and 25 (*_session36.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -237,9 +238,6 @@ elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the co
 elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product (output or split-K slices), time
   timeout 60 python scripts/register_fed_probe.py --compile-only
   timeout 300 python scripts/register_fed_probe.py $OUT/register_fed_probe.json 2>&1 | grep -E "^(qkv|o|gate_up|down) |Error|Traceback"
-elif [ "$1" = 48 ]; then  # (session 36) o's paced fill in 8 KB tiles (fewer bytes in flight during the attention chain)
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,2048 timeout 400 python scripts/ab_decode.py $OUT/o_bk64_ab.json \
-    qwen3-4b base o_bk64 o_bk64_p2 base#2 o_bk64#2 2>&1 | grep -E "ctx |Error"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
