@@ -36,7 +36,7 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride
         x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32))
         x = x.to(res_out_ptr.dtype.element_ty)
         tl.store(res_out_ptr + row * stride_o + offs, x, mask=mask)
-    pdl_after_loads(PDL)
+    pdl_after_loads(PDL)  # (without a residual no store orders it after the load: at worst earlier, never unsafe)
     _norm_store(x, w, out_ptr + row * stride_o, offs, mask, n, eps)
 
 

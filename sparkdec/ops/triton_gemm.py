@@ -53,6 +53,7 @@ _FALLBACK = {"norm_mlp": "norm"}  # a kind not listed takes this kind's mode, wh
 # after its wait are done, not right after the wait (mode 2) or at its end (1). The post-o norm took 6.9 us after o's
 # end against 2.2-3.3 for the post-down one while gate_up's 19.5 MB ring fill ran (qkv's: 9.4 MB), 4B at 1k
 # (graph_timeline_h200_2026-12-02_session36.json); A/B: scripts/ab_decode.py nmlp5, n5
+
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
 FUSED_MLP = False
