@@ -417,11 +417,7 @@ VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | 
 # 2.725/2.705 -> 2.802/2.797; regfed_o_ab_h200_2026-12-02_session36.json; removed, code in 2bf1fb7)
 # (session 36: o's paced fill in 8 KB tiles, BK 64 in 8 stages, paced at 1 (2.5 MB in flight, not 5) or 2: same tokens,
 # slower, 1k decode 2.493/2.477 -> 2.554/2.561 and 2.508 ms/token; o_bk64_ab_h200_2026-12-02_session36.json)
-# (staged in session 36) the RMSNorms at PDL mode 5 (triton_gemm.pdl_after_loads): the next product launches after the
-# norm's loads, so its ring fill does not queue ahead of them; the norm before the MLP only, or both norms
-for _name, _kinds in {"nmlp5": {"norm_mlp": 5}, "n5": {"norm": 5, "norm_mlp": 5}, "nqkv5": {"norm": 5, "norm_mlp": 2}}.items():
-    VARIANTS[_name] = {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **_kinds},
-                       (graphs, "SHORT_PDL"): {**graphs.SHORT_PDL, **_kinds}}
+# (session 37: the RMSNorms at PDL mode 5, nmlp5 / n5 / nqkv5: slower or equal, removed; norm_pdl5_ab_*_session37.json)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

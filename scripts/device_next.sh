@@ -38,8 +38,8 @@
 # code), then 46 (the register-fed weight loads of docs/research/megakernel-gluon.md's session-35 status, staged).
 # Session 36 ran 46 (register-fed products: the same bits; alone in a chain o faster, the rest slower) and a step 47
 # (o register-fed in the engine, code in 2bf1fb7: its tests passed, 1k decode +2.7%; removed), a step 48 (o's paced
-# fill in 8 KB tiles: slower), 25 and the kernel timeline (*_session36.json). Next: 49 (the norms at PDL
-# mode 5, staged: no device was available to run it).
+# fill in 8 KB tiles: slower), 25 and the kernel timeline (*_session36.json). Session 37 ran 49 (the norms
+# at PDL mode 5: slower or equal, removed; norm_pdl5_ab_*_session37.json).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -239,9 +239,6 @@ elif [ "$1" = 45 ]; then  # (session 35) the waits ablated (timing only), the co
 elif [ "$1" = 46 ]; then  # (staged in session 35) weights fed to wgmma from registers: bits against the shipped product (output or split-K slices), time
   timeout 60 python scripts/register_fed_probe.py --compile-only
   timeout 300 python scripts/register_fed_probe.py $OUT/register_fed_probe.json 2>&1 | grep -E "^(qkv|o|gate_up|down) |Error|Traceback"
-elif [ "$1" = 49 ]; then  # (staged in session 36) the RMSNorms at PDL mode 5 (triton_gemm.pdl_after_loads): the 4B A/B
-  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_decode.py $OUT/norm_pdl5_ab.json \
-    qwen3-4b base nmlp5 n5 nqkv5 base#2 nmlp5#2 2>&1 | grep -E "ctx |Error|Traceback"
 elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored tile by tile: its tokens, then the propose
   GPU_TILED_DRAFTER=1 timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k \
     "engines_with_tiled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8

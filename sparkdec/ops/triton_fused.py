@@ -13,7 +13,7 @@ import triton.language as tl
 from sparkdec.ops import stamps
 from sparkdec.ops.partials import Partials
 from sparkdec.ops.stamps import stamp
-from sparkdec.ops.triton_gemm import pdl_after_loads, pdl_args, pdl_launch_early, pdl_release, pdl_wait
+from sparkdec.ops.triton_gemm import pdl_args, pdl_launch_early, pdl_release, pdl_wait
 
 
 # the warps of both RMSNorm kernels (one program per row): they set the sum of squares' reduction order, so the two
@@ -36,7 +36,6 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n, eps, stride
         x = (x.to(tl.float32) + tl.load(res_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32))
         x = x.to(res_out_ptr.dtype.element_ty)
         tl.store(res_out_ptr + row * stride_o + offs, x, mask=mask)
-    pdl_after_loads(PDL)  # (without a residual no store orders it after the load: at worst earlier, never unsafe)
     _norm_store(x, w, out_ptr + row * stride_o, offs, mask, n, eps)
 
 
@@ -90,7 +89,6 @@ def _rms_norm_slices_kernel(ws_ptr, res_ptr, w_ptr, out_ptr, h_ptr, n, eps, stri
     dt = h_ptr.dtype.element_ty
     h = (res.to(tl.float32) + total.to(dt).to(tl.float32)).to(dt)  # the product's residual epilogue
     tl.store(h_ptr + row * stride_h + offs, h, mask=mask)
-    pdl_after_loads(PDL)  # (mode 5: after the store of what the slices and the residual gave)
     _norm_store(h, w, out_ptr + row * stride_o, offs, mask, n, eps)
 
 

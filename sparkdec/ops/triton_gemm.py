@@ -49,10 +49,10 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # short_norm_pdl_ab_h200_2026-12-01_session20.json).
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 _FALLBACK = {"norm_mlp": "norm"}  # a kind not listed takes this kind's mode, where that one is
-# (staged in session 36) mode 5 for the RMSNorms (pdl_after_loads): the next product launches once the norm's loads
-# after its wait are done, not right after the wait (mode 2) or at its end (1). The post-o norm took 6.9 us after o's
-# end against 2.2-3.3 for the post-down one while gate_up's 19.5 MB ring fill ran (qkv's: 9.4 MB), 4B at 1k
-# (graph_timeline_h200_2026-12-02_session36.json); A/B: scripts/ab_decode.py nmlp5, n5
+# (session 36-37: mode 5 for the RMSNorms, the next product launching once the norm's loads after its wait were done,
+# so that its ring fill would not queue ahead of them: same tokens, 1k decode 2.490/2.473 -> 2.527/2.519 ms/token for
+# the norm before the MLP, 2.538 for both norms, 2.480 for the one before qkv alone; norm_pdl5_ab_h200_2026-12-02_session37.json;
+# removed, code in 4d132f2)
 
 # the MLP's gate_up and down products in one persistent Gluon launch (ops/gluon_mlp.py, same bits; written in
 # session 11): exact on the H200 but slower than the two launches (persistent_mlp_gluon_ab_h200_2026-11-30.json), off
@@ -105,15 +105,6 @@ def pdl_launch_early(PDL: tl.constexpr):
     that reads nothing of this one's (the Gluon split's key copies) runs during the kernel before this one. Safe:
     the next kernel's own wait still waits for this whole grid, and this grid for the one before it."""
     if PDL == 3:
-        gdc_launch_dependents()
-
-
-@triton.jit
-def pdl_after_loads(PDL: tl.constexpr):
-    """Mode 5 (the RMSNorms, staged): let the next kernel launch once this kernel has what it read after its wait
-    (call it after a store of a value computed from those loads), so that the next product's ring fill does not queue
-    ahead of those loads. The wait itself is mode 1's (pdl_wait: no trigger)."""
-    if PDL == 5:
         gdc_launch_dependents()
 
 
