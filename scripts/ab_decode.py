@@ -418,6 +418,15 @@ VARIANTS["tiled_8b"] = {(gluon_gemv, "TILED_SHAPES"): gluon_gemv.TILED_SHAPES | 
 # (session 36: o's paced fill in 8 KB tiles, BK 64 in 8 stages, paced at 1 (2.5 MB in flight, not 5) or 2: same tokens,
 # slower, 1k decode 2.493/2.477 -> 2.554/2.561 and 2.508 ms/token; o_bk64_ab_h200_2026-12-02_session36.json)
 # (session 37: the RMSNorms at PDL mode 5, nmlp5 / n5 / nqkv5: slower or equal, removed; norm_pdl5_ab_*_session37.json)
+# (staged in session 38) the small kernels of the chain at fewer warps: the RMSNorms (both kernels: they share the sum
+# of squares' order), the q/k norm + RoPE kernel, the attention combine; each count gives other bits than 4 warps (the
+# tokens column checks them against the first variant listed), but every row's bits stay its own
+for _w in (1, 2):
+    VARIANTS[f"norm_w{_w}"] = {(triton_fused, "NORM_WARPS"): _w}
+    VARIANTS[f"rope_w{_w}"] = {(triton_fused, "ROPE_WARPS"): _w}
+    VARIANTS[f"comb_w{_w}"] = {(triton_attention, "COMBINE_WARPS"): _w}
+    VARIANTS[f"small_w{_w}"] = {(triton_fused, "NORM_WARPS"): _w, (triton_fused, "ROPE_WARPS"): _w,
+                               (triton_attention, "COMBINE_WARPS"): _w}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -247,6 +247,10 @@ elif [ "$1" = 40 ]; then  # (staged in session 33) the drafter's layers stored t
 elif [ "$1" = 41 ]; then  # (staged in session 33) the MLP's Gluon tiles retuned for the tiled layout
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 540 python scripts/ab_decode.py $OUT/tiled_retune_ab.json \
     qwen3-4b base tiled_gu256 tiled_gu_st6 tiled_dn_st4 tiled_dn_st8 qkv128 tiled_qkv128 base#2 2>&1 | grep "ctx "
+elif [ "$1" = 50 ]; then  # (staged in session 38) the chain's small kernels at 1 or 2 warps (other bits: the tokens
+  # column compares each with base; a count that ships needs the GPU suite with it)
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 560 python scripts/ab_decode.py $OUT/small_warps_ab.json \
+    qwen3-4b base norm_w2 rope_w1 rope_w2 comb_w1 comb_w2 small_w2 base#2 small_w1 2>&1 | grep -E "ctx |Error"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

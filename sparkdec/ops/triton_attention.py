@@ -103,6 +103,9 @@ COMBINE_WHILE = True
 # the unrolled chunks' loads issued together before the first reduction (same operations): 4B decode replay at 8k
 # 3.313 -> 3.232 ms, 8 rows 3.611 -> 3.581; at 1k within 0.01 (load_schedules_ab_h200_2026-12-01_session20.json)
 COMBINE_PRELOAD = True
+# the combine's warps (one program per row and head): they set its reductions' order, and every row is combined by
+# this kernel, so any count keeps a row's bits batch-independent
+COMBINE_WARPS = 4
 
 
 @triton.jit

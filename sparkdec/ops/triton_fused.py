@@ -119,6 +119,10 @@ def norm_of(h, weight: torch.Tensor, eps: float, kind: str = "norm") -> tuple[to
     return out, h.out
 
 
+# the warps of the q/k norm + RoPE kernel (one program per row and head): they set the q/k norm's reduction order, and
+# the kernel is the only one that computes it on the CUDA path, so any count keeps a row's bits batch-independent
+ROPE_WARPS = 4
+
 # the q/k norm + RoPE kernel loading a key head's values with its key (the same copy): 4B decode replay with
 # COMBINE_PRELOAD, 1 row 2.670 -> 2.654 ms at 1k, 2.789 -> 2.748 at 2k (short_loads_ab_h200_2026-12-01_session20.json);
 # alone, 8 rows at 8k 3.611 -> 3.575 (load_schedules_ab_h200_2026-12-01_session20.json)
@@ -213,5 +217,5 @@ def qkv_rope_store(qkv: torch.Tensor, num_q: int, num_kv: int, q_weight, k_weigh
         qkv, q_weight if q_weight is not None else k_weight, k_weight, cos, sin, positions, slots, q, k_cache, v_cache,
         eps, qkv.stride(0), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), cos.stride(0), num_q * d,
         parts.ws if parts else qkv, parts.tiles if parts else 0, NUM_Q=num_q, NUM_KV=num_kv, HALF=d // 2,
-        V_EARLY=ROPE_V_EARLY, **sliced, **pdl_args("rope"), **stamps.args("rope", q))
+        V_EARLY=ROPE_V_EARLY, **sliced, num_warps=ROPE_WARPS, **pdl_args("rope"), **stamps.args("rope", q))
     return q if num_q else None
