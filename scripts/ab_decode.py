@@ -427,6 +427,7 @@ for _w in (1, 2):
     VARIANTS[f"comb_w{_w}"] = {(triton_attention, "COMBINE_WARPS"): _w}
     VARIANTS[f"small_w{_w}"] = {(triton_fused, "NORM_WARPS"): _w, (triton_fused, "ROPE_WARPS"): _w,
                                (triton_attention, "COMBINE_WARPS"): _w}
+VARIANTS["rope_comb_w2"] = {(triton_fused, "ROPE_WARPS"): 2, (triton_attention, "COMBINE_WARPS"): 2}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

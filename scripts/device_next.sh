@@ -251,6 +251,10 @@ elif [ "$1" = 50 ]; then  # (staged in session 38) the chain's small kernels at 
   # column compares each with base; a count that ships needs the GPU suite with it)
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 560 python scripts/ab_decode.py $OUT/small_warps_ab.json \
     qwen3-4b base norm_w2 rope_w1 rope_w2 comb_w1 comb_w2 small_w2 base#2 small_w1 2>&1 | grep -E "ctx |Error"
+elif [ "$1" = 51 ]; then  # (session 38) 50's two gains together, with repeats
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 560 python scripts/ab_decode.py $OUT/rope_comb_w2_ab.json \
+    qwen3-4b base rope_comb_w2 rope_w2 comb_w2 base#2 rope_comb_w2#2 rope_w2#2 comb_w2#2 base#3 rope_comb_w2#3 2>&1 \
+    | grep -E "ctx |Error"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
