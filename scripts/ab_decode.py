@@ -428,6 +428,11 @@ for _w in (1, 2):
     VARIANTS[f"small_w{_w}"] = {(triton_fused, "NORM_WARPS"): _w, (triton_fused, "ROPE_WARPS"): _w,
                                (triton_attention, "COMBINE_WARPS"): _w}
 VARIANTS["rope_comb_w2"] = {(triton_fused, "ROPE_WARPS"): 2, (triton_attention, "COMBINE_WARPS"): 2}
+# (staged in session 38) x loaded once after the wait (XRING 0) rather than riding in the ring beside the weights, for
+# o (no more shared memory: its 4 K steps are its ring), qkv and down (more shared memory); same bits
+VARIANTS["xr0_o"] = _tiles(gluon={O: (64, 128, 4, 0)})
+VARIANTS["xr0_qkv"] = _tiles(gluon={QKV: (64, 256, 3, 0)})
+VARIANTS["xr0_down"] = _tiles(gluon={DOWN: (64, 128, 6, 0)})
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -255,6 +255,11 @@ elif [ "$1" = 51 ]; then  # (session 38) 50's two gains together, with repeats
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 560 python scripts/ab_decode.py $OUT/rope_comb_w2_ab.json \
     qwen3-4b base rope_comb_w2 rope_w2 comb_w2 base#2 rope_comb_w2#2 rope_w2#2 comb_w2#2 base#3 rope_comb_w2#3 2>&1 \
     | grep -E "ctx |Error"
+elif [ "$1" = 52 ]; then  # (staged in session 38) x loaded once after the wait for o, qkv, down; then the 4B bench at 1k
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 330 python scripts/ab_decode.py $OUT/xring0_ab.json \
+    qwen3-4b base xr0_o xr0_qkv xr0_down base#2 xr0_o#2 xr0_qkv#2 2>&1 | grep -E "ctx |Error"
+  timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --out $OUT/kernels.json 2>&1 \
+    | grep -E "^qwen3|^copy"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
