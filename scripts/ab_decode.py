@@ -433,6 +433,14 @@ VARIANTS["rope_comb_w2"] = {(triton_fused, "ROPE_WARPS"): 2, (triton_attention, 
 VARIANTS["xr0_o"] = _tiles(gluon={O: (64, 128, 4, 0)})
 VARIANTS["xr0_qkv"] = _tiles(gluon={QKV: (64, 256, 3, 0)})
 VARIANTS["xr0_down"] = _tiles(gluon={DOWN: (64, 128, 6, 0)})
+# (staged in session 38) gate_up's and qkv's pre-wait fills paced at 2 or 3 tiles per program in flight (session 22
+# paced them at 1, slower: too few bytes in flight), o paced at 1 as shipped: the norm before each product loads its
+# slices while the fill runs (norm after o: 6.5 us after its release, session 36's timeline), so a shorter queue may
+# let it end sooner while HBM stays busy
+for _p in (2, 3):
+    VARIANTS[f"gu_pace{_p}"] = {(gluon_gemv, "PACED"): {**gluon_gemv.PACED, GATE_UP: _p}}
+    VARIANTS[f"qkv_pace{_p}"] = {(gluon_gemv, "PACED"): {**gluon_gemv.PACED, QKV: _p}}
+VARIANTS["gu_qkv_pace2"] = {(gluon_gemv, "PACED"): {**gluon_gemv.PACED, GATE_UP: 2, QKV: 2}}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -260,6 +260,10 @@ elif [ "$1" = 52 ]; then  # (staged in session 38) x loaded once after the wait 
     qwen3-4b base xr0_o xr0_qkv xr0_down base#2 xr0_o#2 xr0_qkv#2 2>&1 | grep -E "ctx |Error"
   timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --out $OUT/kernels.json 2>&1 \
     | grep -E "^qwen3|^copy"
+elif [ "$1" = 53 ]; then  # (staged in session 38) gate_up's and qkv's fills paced at 2-3 tiles per program in flight
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 500 python scripts/ab_decode.py $OUT/fill_pace_ab.json \
+    qwen3-4b base gu_pace2 gu_pace3 qkv_pace2 gu_qkv_pace2 base#2 gu_pace2#2 gu_pace3#2 qkv_pace2#2 base#3 2>&1 \
+    | grep -E "ctx |Error"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
