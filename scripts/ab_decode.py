@@ -441,6 +441,20 @@ for _p in (2, 3):
     VARIANTS[f"gu_pace{_p}"] = {(gluon_gemv, "PACED"): {**gluon_gemv.PACED, GATE_UP: _p}}
     VARIANTS[f"qkv_pace{_p}"] = {(gluon_gemv, "PACED"): {**gluon_gemv.PACED, QKV: _p}}
 VARIANTS["gu_qkv_pace2"] = {(gluon_gemv, "PACED"): {**gluon_gemv.PACED, GATE_UP: 2, QKV: 2}}
+# (staged in session 38) the next product's programs launched near the end of the product before the norm, not at its
+# end: the down (or o) product lets the norm after it launch once each of its programs asked for its last weight tile
+# (mode 6) or after its loop (1), and that norm lets the next product launch at its own start (3), so the next ring
+# fills during the product's tail. (Session 31's norm before qkv at 3 with down at 2 launched qkv during all of down.)
+def _kinds(**kinds) -> dict:
+    return {(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, "norm_mlp": triton_gemm.pdl_mode("norm_mlp"),
+                                         **kinds}}
+
+
+VARIANTS["d6_n3"] = _kinds(gluon_down=6, norm=3)
+VARIANTS["d1_n3"] = _kinds(gluon_down=1, norm=3)
+VARIANTS["o1_nm3"] = _kinds(gluon_o=1, norm_mlp=3)
+VARIANTS["d6_n3_o1_nm3"] = _kinds(gluon_down=6, norm=3, gluon_o=1, norm_mlp=3)
+VARIANTS["d6"] = _kinds(gluon_down=6)
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -264,6 +264,9 @@ elif [ "$1" = 53 ]; then  # (staged in session 38) gate_up's and qkv's fills pac
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 500 python scripts/ab_decode.py $OUT/fill_pace_ab.json \
     qwen3-4b base gu_pace2 gu_pace3 qkv_pace2 gu_qkv_pace2 base#2 gu_pace2#2 gu_pace3#2 qkv_pace2#2 base#3 2>&1 \
     | grep -E "ctx |Error"
+elif [ "$1" = 54 ]; then  # (staged in session 38) the next product launched during the tail of the one before the norm
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 540 python scripts/ab_decode.py $OUT/tail_launch_ab.json \
+    qwen3-4b base d6_n3 d1_n3 o1_nm3 d6_n3_o1_nm3 d6 base#2 d6_n3#2 d1_n3#2 o1_nm3#2 base#3 2>&1 | grep -E "ctx |Error"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -56,6 +56,9 @@ def local_bytes(cubin: bytes) -> int:
     dict(bk=256, stages=3, split=2, defer=True),       # qkv at split-K 2, slices left for RoPE (no residual)
     dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True),  # weights stored tile by tile
     dict(k=4096, split=8, residual=True, defer=True, pace=1, tiled=True),    # tile by tile, paced
+    dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True, pdl=6),  # next launch at the last request
+    dict(k=4096, split=8, residual=True, defer=True, pace=1, tiled=True, pdl=6),    # ... where that is the wait
+    dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True, pdl=1),  # next launch after the loop
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)
@@ -65,6 +68,7 @@ def test_gluon_product_compiles_for_sm90(variant):
     assert "griddepcontrol.wait" in ptx
     assert ("atom.global" in ptx) == (variant.get("split", 1) > 1 and not variant.get("defer"))
     assert local_bytes(kernel.asm["cubin"]) == 0
+    assert ptx.count("griddepcontrol.launch_dependents") == 1  # every mode lets the next kernel launch at one place
 
 
 def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728, stages=None):

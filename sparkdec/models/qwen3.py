@@ -156,7 +156,7 @@ class Qwen3DecoderLayer(nn.Module):
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True)  # [T, Hq, D]
-        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True)
+        h = gemm(o.view(t, -1), attn.o_proj.weight, residual=h, partial=True, pdl_kind="gluon_o")
         return mlp_block(h, mlp.gate_up_weight, mlp.down_proj.weight, (ln2.weight, ln2.eps))  # RMSNorm, then the MLP
 
     def forward(self, h: torch.Tensor, ctx: ForwardContext, kv, rope: RotaryTable) -> torch.Tensor:

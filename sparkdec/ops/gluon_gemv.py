@@ -157,7 +157,7 @@ if AVAILABLE:
             gdc_launch_dependents()
         elif PDL:
             gdc_wait()
-            if PDL == 2:
+            if PDL == 2 or (PDL == 6 and NK <= STAGES):
                 gdc_launch_dependents()
         for j in gl.static_range(PRE, STAGES):
             _w_request(w_desc, pid_n, k_begin + j * BK, ready.index(j), w_ring.index(j), j < NK, TILED)
@@ -184,6 +184,9 @@ if AVAILABLE:
             _w_request(w_desc, pid_n, k_begin + (i + STAGES) * BK, ready.index(s), w_ring.index(s), more, TILED)
             if XRING:
                 _request(x_desc, 0, k_begin + (i + STAGES) * BK, ready.index(s), x_bufs.index(s), more)
+            if PDL == 6 and NK > STAGES:  # mode 6: the next kernel may launch once this program asked for its last tile
+                if i == NK - STAGES - 1:
+                    gdc_launch_dependents()
         if PDL == 1:
             gdc_launch_dependents()
         for j in gl.static_range(STAGES):

@@ -48,7 +48,10 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # the MLP at 3 or 1, or the one before qkv at 3, were slower too (1k replay 2.619 -> 2.710, 2.683, 2.651 ms;
 # short_norm_pdl_ab_h200_2026-12-01_session20.json).
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
-_FALLBACK = {"norm_mlp": "norm"}  # a kind not listed takes this kind's mode, where that one is
+# a kind not listed takes this kind's mode, where that one is. "gluon_o" and "gluon_down" are the layer's o and down
+# products (the ones before the two RMSNorms). Mode 6 (Gluon products only): the next kernel may launch once each
+# program has asked for its last weight tile (after its wait; right after the wait where the ring holds every tile)
+_FALLBACK = {"norm_mlp": "norm", "gluon_o": "gluon", "gluon_down": "gluon"}
 # (session 36-37: mode 5 for the RMSNorms, the next product launching once the norm's loads after its wait were done,
 # so that its ring fill would not queue ahead of them: same tokens, 1k decode 2.490/2.473 -> 2.527/2.519 ms/token for
 # the norm before the MLP, 2.538 for both norms, 2.480 for the one before qkv alone; norm_pdl5_ab_h200_2026-12-02_session37.json;
@@ -285,18 +288,19 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
         split_gu, split_dn = split_k_of(*gate_up.shape), split_k_of(*down.shape)
         if gluon_mlp.supports(x, gate_up, down, split_gu, split_dn):
             return gluon_mlp.mlp(x, gate_up, down, h, split_dn, pdl_mode("gluon"))
-    return gemm(gemm(x, gate_up, silu=True), down, residual=h, partial=True)
+    return gemm(gemm(x, gate_up, silu=True), down, residual=h, partial=True, pdl_kind="gluon_down")
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
-         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False):
+         out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, partial: bool = False,
+         pdl_kind: str = "gluon"):
     """x [M, K] @ weight[N', K]^T -> [M, N] with N = N'/2 for silu (weight rows interleave gate and up:
     g0, u0, g1, u1, ...; see interleave_gate_up), else N'.
     residual [M, N]: add it to the product. out_dtype (float32 logits): the result rounded to x's dtype, stored
     as out_dtype (what `.to(out_dtype)` of the product gives, in the same launch). An `out` of another dtype
     than x's gets that rounding too. partial: where SUM_IN_NORM holds and a split-K Gluon launch runs it, return its
     unsummed slices (ops/partials.Partials, for the next norm kernel; with no residual, for the q/k norm + RoPE
-    kernel) instead of the tensor."""
+    kernel) instead of the tensor. pdl_kind: the PDL kind of a Gluon launch (PDL_KINDS)."""
     m, k = x.shape
     assert x.stride(1) == 1 and weight.stride(1) == 1, "gemm: rows must be contiguous"
     n = weight.shape[0] // 2 if silu else weight.shape[0]
@@ -314,7 +318,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual:
         counters = _counters(x.device, tiles) if split_k > 1 else None
         defer = partial and SUM_IN_NORM and split_k > 1 and not silu and out.dtype == x.dtype
         got = gluon_gemv.gemv(x, weight, out, res, counters, gluon_cfg, split_k, silu, residual is not None,
-                              pdl_mode("gluon"), defer=defer)
+                              pdl_mode(pdl_kind), defer=defer)
         if defer:  # got: the slices' workspace
             return Partials(got, residual, out, split_k, tiles, gluon_cfg[0], gluon_gemv.row_pad(m))
         return got
