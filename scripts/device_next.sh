@@ -267,6 +267,14 @@ elif [ "$1" = 53 ]; then  # (staged in session 38) gate_up's and qkv's fills pac
 elif [ "$1" = 54 ]; then  # (staged in session 38) the next product launched during the tail of the one before the norm
   env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 540 python scripts/ab_decode.py $OUT/tail_launch_ab.json \
     qwen3-4b base d6_n3 d1_n3 o1_nm3 d6_n3_o1_nm3 d6 base#2 d6_n3#2 d1_n3#2 o1_nm3#2 base#3 2>&1 | grep -E "ctx |Error"
+elif [ "$1" = 55 ]; then  # (session 38) 54's gains in the one-row short graphs only, with repeats
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 420 python scripts/ab_decode.py $OUT/one_row_pdl_ab.json \
+    qwen3-4b base one_d6_o1_nm3 one_d6 one_o1_nm3 base#2 one_d6_o1_nm3#2 one_d6#2 one_o1_nm3#2 base#3 \
+    one_d6_o1_nm3#3 2>&1 | grep -E "ctx |Error"
+  timeout 150 python -c "import sys, pytest; from sparkdec.engine import graphs as g
+g.SHORT_PDL_ONE_ROW = {'gluon_down': 6, 'gluon_o': 1, 'norm_mlp': 3}
+sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k', 'engines_with_tiled']))" \
+    2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"

@@ -33,6 +33,8 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # short_gluon_ab_h200_2026-12-01_session21*.json). Neither PDL modes nor these settings change bits.
 # SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
+# PDL modes added to SHORT_PDL's in the short graphs of one row (plain decoding's), where a kind's mode pays there only
+SHORT_PDL_ONE_ROW: dict[str, int] = {}
 # Since session 24 a 1280-key and a 2048-key graph with the Gluon split, each sized for its bound (SHORT_SIZED): its
 # rows never hold more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager
 # decoding sizes them for the batch's longest row). Sized, the split runs one split per program with buffers for one
@@ -145,7 +147,11 @@ def capture_short(tiers, forward, pool) -> dict:
                       **{setting(name): value for name, value in settings.items()}}):
             warm_up(here, bounded)  # the kernels of these settings compile and load outside the capture
             for t in sorted(here, reverse=True):
-                short[t].append((bound, capture_one(bounded, t, pool)))
+                with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL_ONE_ROW}}
+                             if t == 1 and SHORT_PDL_ONE_ROW else {}):
+                    if t == 1 and SHORT_PDL_ONE_ROW:
+                        warm_up([t], bounded)
+                    short[t].append((bound, capture_one(bounded, t, pool)))
     return short
 
 
