@@ -275,6 +275,13 @@ elif [ "$1" = 55 ]; then  # (session 38) 54's gains in the one-row short graphs 
 g.SHORT_PDL_ONE_ROW = {'gluon_down': 6, 'gluon_o': 1, 'norm_mlp': 3}
 sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k', 'engines_with_tiled']))" \
     2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
+elif [ "$1" = 56 ]; then  # (session 38) 55 cut to fit the device time left: the combined one-row modes, then the test
+  env AB_ROWS=1,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 150 python scripts/ab_decode.py $OUT/one_row_pdl_ab.json \
+    qwen3-4b base one_d6_o1_nm3 base#2 one_d6_o1_nm3#2 base#3 one_d6_o1_nm3#3 2>&1 | grep -E "ctx |Error"
+  timeout 120 python -c "import sys, pytest; from sparkdec.engine import graphs as g
+g.SHORT_PDL_ONE_ROW = {'gluon_down': 6, 'gluon_o': 1, 'norm_mlp': 3}
+sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k', 'engines_with_tiled']))" \
+    2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
