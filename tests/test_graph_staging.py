@@ -114,6 +114,7 @@ def test_short_graphs_are_captured_with_their_settings_and_restore_them(monkeypa
     monkeypatch.setattr(graphs, "capture_one", lambda fwd, t, pool: (seen.append(
         ("capture", t, triton_attention.PROGRAMS_ONE_ROW)) or ("graph", t)))
     monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((100, {"PROGRAMS_ONE_ROW": 7}), (300, {})))
+    monkeypatch.setattr(graphs, "SHORT_PDL_ONE_ROW", {})  # (the one-row modes: the test below)
     kinds, programs = dict(triton_gemm.PDL_KINDS), triton_attention.PROGRAMS_ONE_ROW
     assert graphs.capture_short((1,), None, None) == {1: [(100, ("graph", 1)), (300, ("graph", 1))]}
     assert seen[0] == ("warm", {**kinds, **graphs.SHORT_PDL}) and seen[1] == ("capture", 1, 7)
@@ -246,3 +247,26 @@ def test_decode_rows_moved_on_by_the_graph_equal_the_next_steps_staging(monkeypa
     assert pos[1] + 1 == len(tables[1]) * PS  # row 1's next position lies past its block table: staged (which fails)
     with pytest.raises(IndexError):
         step()
+
+
+def test_short_graphs_of_one_row_alone_take_the_one_row_pdl_modes(monkeypatch):
+    """capture_short: the one-row short graph is warmed up (its kernels compiled outside the capture) and captured
+    under SHORT_PDL plus SHORT_PDL_ONE_ROW; the other tiers under SHORT_PDL alone; the modes are restored after."""
+    from sparkdec.ops import triton_gemm
+
+    seen = {"warm": [], "capture": []}
+    monkeypatch.setattr(graphs, "warm_up", lambda tiers, fwd: seen["warm"].append((tuple(tiers), dict(
+        triton_gemm.PDL_KINDS))))
+    monkeypatch.setattr(graphs, "capture_one", lambda fwd, t, pool: seen["capture"].append((t, dict(
+        triton_gemm.PDL_KINDS))) or ("graph", t))
+    monkeypatch.setattr(graphs, "SHORT_BOUNDS", ((1280, {}),))
+    monkeypatch.setattr(graphs, "SHORT_TIER_BOUND", {})
+    before = dict(triton_gemm.PDL_KINDS)
+    short = graphs.capture_short((1, 8), lambda t, keys=None: None, None)
+    assert [b for b, _ in short[1]] == [1280] and [b for b, _ in short[8]] == [1280]
+    shared = {**before, **graphs.SHORT_PDL}
+    one_row = {**shared, **graphs.SHORT_PDL_ONE_ROW}
+    assert graphs.SHORT_PDL_ONE_ROW and one_row != shared
+    assert dict(seen["capture"]) == {8: shared, 1: one_row}
+    assert seen["warm"] == [((1, 8), shared), ((1,), one_row)]
+    assert triton_gemm.PDL_KINDS == before

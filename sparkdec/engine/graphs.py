@@ -33,8 +33,15 @@ TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile
 # short_gluon_ab_h200_2026-12-01_session21*.json). Neither PDL modes nor these settings change bits.
 # SHORT_PDL {} or SHORT_BOUNDS (): one graph per tier.
 SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
-# PDL modes added to SHORT_PDL's in the short graphs of one row (plain decoding's), where a kind's mode pays there only
-SHORT_PDL_ONE_ROW: dict[str, int] = {}
+# PDL modes added to SHORT_PDL's in the short graphs of one row (plain decoding's) only (triton_gemm.PDL_KINDS): the
+# down product lets the norm after it launch once each of its programs asked for its last weight tile (mode 6), the o
+# product after its loop (1), and the norm before the MLP lets gate_up launch at its own start (3), so gate_up's ring
+# fills during o's tail, not after o has ended and the norm's wait returned. Same bits (PDL moves launches only).
+# H200, 4B, 1k, three interleaved runs: 1-row replay 2.436/2.439 -> 2.421/2.420/2.422 ms, decode 2.474/2.476 ->
+# 2.459/2.459/2.462 ms/token (one_row_pdl_ab_h200_2026-12-04_session38.json). In every graph, o at 1 with that norm at
+# 3 made 8-row replay 3.4% slower; down at 6 with the norm before qkv at 3, 0.8% slower at 1 row
+# (tail_launch_ab_h200_2026-12-04_session38.json)
+SHORT_PDL_ONE_ROW: dict[str, int] = {"gluon_down": 6, "gluon_o": 1, "norm_mlp": 3}
 # Since session 24 a 1280-key and a 2048-key graph with the Gluon split, each sized for its bound (SHORT_SIZED): its
 # rows never hold more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager
 # decoding sizes them for the batch's longest row). Sized, the split runs one split per program with buffers for one
