@@ -59,6 +59,8 @@ def local_bytes(cubin: bytes) -> int:
     dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True, pdl=6),  # next launch at the last request
     dict(k=4096, split=8, residual=True, defer=True, pace=1, tiled=True, pdl=6),    # ... where that is the wait
     dict(k=9728, split=4, stages=6, residual=True, defer=True, tiled=True, pdl=1),  # next launch after the loop
+    dict(bk=256, stages=3, xring=0, pdl=6),            # mode 6 with x loaded once
+    dict(k=4096, split=8, stages=3, residual=True, defer=True, pace=1, pdl=6),  # paced, more tiles than the ring
 ])
 def test_gluon_product_compiles_for_sm90(variant):
     kernel = compile_gemv(**variant)
@@ -69,6 +71,8 @@ def test_gluon_product_compiles_for_sm90(variant):
     assert ("atom.global" in ptx) == (variant.get("split", 1) > 1 and not variant.get("defer"))
     assert local_bytes(kernel.asm["cubin"]) == 0
     assert ptx.count("griddepcontrol.launch_dependents") == 1  # every mode lets the next kernel launch at one place
+    if variant.get("pdl", 2) in (1, 2, 6):  # ... and these only after the wait
+        assert ptx.index("griddepcontrol.wait") < ptx.index("griddepcontrol.launch_dependents")
 
 
 def compile_mlp(mp=8, pdl=2, split=4, hid=2560, inter=9728, stages=None):

@@ -136,8 +136,9 @@ def capture_one(forward, t: int, pool) -> tuple:
 
 
 def capture_short(tiers, forward, pool) -> dict:
-    """The short graphs of these tiers, with SHORT_PDL's modes and each bound's settings -> {tier: [(keys at most,
-    (graph, static outputs))] in SHORT_BOUNDS' order} ({} where off)."""
+    """The short graphs of these tiers, with SHORT_PDL's modes (and SHORT_PDL_ONE_ROW's for one row, warmed up again
+    under them) and each bound's settings -> {tier: [(keys at most, (graph, static outputs))] in SHORT_BOUNDS' order}
+    ({} where off)."""
     from sparkdec.ops import triton_gemm
 
     if not SHORT_PDL or not SHORT_BOUNDS or not tiers:

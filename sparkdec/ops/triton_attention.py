@@ -486,7 +486,7 @@ def combine(acc: torch.Tensor, ml: torch.Tensor, row_kv_len: torch.Tensor, out: 
     _combine_kernel[(t, hq)](acc, ml, row_kv_len, out, out.stride(0), out.stride(1), hq, splits, **fine,
                              CHUNK=CHUNK, CHUNKS=chunks, D=d, D_PAD=max(16, triton.next_power_of_2(d)),
                              STATIC=static, WHILE=COMBINE_WHILE, PRELOAD=COMBINE_PRELOAD and 1 <= static <= 2,
-                             **pdl_args("combine"), **stamps.args("combine", acc))
+                             num_warps=COMBINE_WARPS, **pdl_args("combine"), **stamps.args("combine", acc))
 
 
 def _attend(q, k_cache, v_cache, block_tables, row_seq, row_kv_len, page_size: int, max_kv_len: int, scale: float,

@@ -50,8 +50,9 @@ def _norm_store(x, w, out_ptr, offs, mask, n, eps):
 
 # the slices' norm reads its residual before its PDL wait. What makes that safe:
 # - this kernel is the very next launch after the Gluon product that left the slices (every norm_of call site);
-# - that product lets this kernel launch only after its own wait (PDL modes 1 and 2), so the kernel before the
-#   product has finished, and so, each PDL kernel waiting in its programs before it finishes, every kernel before;
+# - that product lets this kernel launch only after its own wait (PDL modes 1, 2 and 6; not 3 or 4, which no product
+#   before a slices norm may take), so the kernel before the product has finished, and so, each PDL kernel waiting in
+#   its programs before it finishes, every kernel before;
 # - the residual (the layer's input, or the attention's sum written by the post-o norm) was written by one of those,
 #   and the product never writes it.
 # 4B replay at 1k: 8 rows 2.872/2.875 -> 2.848/2.846 ms, 1 row unchanged (res_early_ab_h200_2026-11-30_session15.json)

@@ -50,7 +50,8 @@ GLUON = flag("SPARKDEC_GLUON", True)
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 # a kind not listed takes this kind's mode, where that one is. "gluon_o" and "gluon_down" are the layer's o and down
 # products (the ones before the two RMSNorms). Mode 6 (Gluon products only): the next kernel may launch once each
-# program has asked for its last weight tile (after its wait; right after the wait where the ring holds every tile)
+# program has asked for its last weight tile in its main loop, or right after its wait where its first ring holds every
+# tile (as mode 2; never before the wait)
 _FALLBACK = {"norm_mlp": "norm", "gluon_o": "gluon", "gluon_down": "gluon"}
 # (session 36-37: mode 5 for the RMSNorms, the next product launching once the norm's loads after its wait were done,
 # so that its ring fill would not queue ahead of them: same tokens, 1k decode 2.490/2.473 -> 2.527/2.519 ms/token for
