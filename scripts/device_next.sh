@@ -40,9 +40,10 @@
 # (o register-fed in the engine, code in 2bf1fb7: its tests passed, 1k decode +2.7%; removed), a step 48 (o's paced
 # fill in 8 KB tiles: slower), 25 and the kernel timeline (*_session36.json). Session 37 ran 49 (the norms
 # at PDL mode 5: slower or equal, removed; norm_pdl5_ab_*_session37.json). Session 38 ran 50-51 (small kernels at
-# fewer warps: equal or much slower; the combine variants were no-ops), 52 (XRING 0: equal or slower; the 4B bench at 1k, 78.3%), 53 (gate_up's and qkv's
-# fills paced at 2-3: slower), 54 and 56 (launch timing around the norms; shipped for one row: graphs.SHORT_PDL_ONE_ROW,
-# -0.8%); 55 was not run (no machine). Next: 25 and 1 (the suite at this code), the bench (the one-row modes' figure).
+# fewer warps: equal or much slower; the combine variants were no-ops), 52 (XRING 0: equal or slower; the 4B
+# bench at 1k, 78.3%), 53 (gate_up's and qkv's fills paced at 2-3: slower), 54 and 56 (launch timing around the norms;
+# shipped for one row: graphs.SHORT_PDL_ONE_ROW, -0.8%); 55 was not run (no machine). Next: 25 and 1 (the suite at this
+# code), the bench (the one-row modes' figure), 57 (staged: more launch timings, the combine at fewer warps).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
