@@ -459,6 +459,13 @@ VARIANTS["d6"] = _kinds(gluon_down=6)
 VARIANTS["one_d6"] = {(graphs, "SHORT_PDL_ONE_ROW"): {"gluon_down": 6}}
 VARIANTS["one_o1_nm3"] = {(graphs, "SHORT_PDL_ONE_ROW"): {"gluon_o": 1, "norm_mlp": 3}}
 VARIANTS["one_d6_o1_nm3"] = {(graphs, "SHORT_PDL_ONE_ROW"): {"gluon_down": 6, "gluon_o": 1, "norm_mlp": 3}}
+# (staged in session 38 for the next) on top of the shipped one-row modes: gate_up lets down launch once its programs
+# asked for their last tile (6) or after its loop (1); the one-row modes for 2 and 4 rows too; the combine at 1 or 2
+# warps (session 38's comb_* variants ran before COMBINE_WARPS reached the launch: base runs)
+_ONE = graphs.SHORT_PDL_ONE_ROW
+VARIANTS["one_gu6"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_gate_up": 6}}
+VARIANTS["one_gu1"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_gate_up": 1}}
+VARIANTS["one_124"] = {(graphs, "SHORT_PDL_ONE_ROW_TIERS"): (1, 2, 4)}
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

@@ -42,6 +42,7 @@ SHORT_PDL = {"rope": 3, "split": 3, "combine": 3}
 # 3 made 8-row replay 3.4% slower; down at 6 with the norm before qkv at 3, 0.8% slower at 1 row
 # (tail_launch_ab_h200_2026-12-04_session38.json)
 SHORT_PDL_ONE_ROW: dict[str, int] = {"gluon_down": 6, "gluon_o": 1, "norm_mlp": 3}
+SHORT_PDL_ONE_ROW_TIERS = (1,)  # the tiers that take them (staged A/B: 2 and 4 rows too)
 # Since session 24 a 1280-key and a 2048-key graph with the Gluon split, each sized for its bound (SHORT_SIZED): its
 # rows never hold more keys (graph_for), and the splits' boundaries do not depend on the bound, so the same bits (eager
 # decoding sizes them for the batch's longest row). Sized, the split runs one split per program with buffers for one
@@ -155,9 +156,10 @@ def capture_short(tiers, forward, pool) -> dict:
                       **{setting(name): value for name, value in settings.items()}}):
             warm_up(here, bounded)  # the kernels of these settings compile and load outside the capture
             for t in sorted(here, reverse=True):
-                with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL_ONE_ROW}}
-                             if t == 1 and SHORT_PDL_ONE_ROW else {}):
-                    if t == 1 and SHORT_PDL_ONE_ROW:
+                own = t in SHORT_PDL_ONE_ROW_TIERS and bool(SHORT_PDL_ONE_ROW)
+                kinds = {**triton_gemm.PDL_KINDS, **SHORT_PDL_ONE_ROW}
+                with patched({(triton_gemm, "PDL_KINDS"): kinds} if own else {}):
+                    if own:
                         warm_up([t], bounded)
                     short[t].append((bound, capture_one(bounded, t, pool)))
     return short

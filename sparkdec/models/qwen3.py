@@ -152,7 +152,8 @@ class Qwen3DecoderLayer(nn.Module):
         attn, mlp, ln1, ln2 = self.self_attn, self.mlp, self.input_layernorm, self.post_attention_layernorm
         t = h.shape[0]
         x, h = norm_of(h, ln1.weight, ln1.eps)  # h: a tensor, or the last product's unsummed slices (ops/partials.py)
-        qkv = gemm(x, attn.qkv_weight, partial=triton_gemm.QKV_SLICES_TO_ROPE)  # [T, (Hq + 2 Hkv) * D] or slices
+        qkv = gemm(x, attn.qkv_weight, partial=triton_gemm.QKV_SLICES_TO_ROPE,
+                   pdl_kind="gluon_qkv")  # [T, (Hq + 2 Hkv) * D] or slices
         q = qkv_rope_store(qkv, attn.num_heads, attn.num_kv_heads, attn.q_norm.weight, attn.k_norm.weight,
                            attn.k_norm.eps, rope.cos, rope.sin, ctx.positions, ctx.slot_mapping, kv[0], kv[1])
         o = paged_attention(q, kv[0], kv[1], ctx, attn.head_dim ** -0.5, own_keys=True)  # [T, Hq, D]

@@ -48,11 +48,12 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # the MLP at 3 or 1, or the one before qkv at 3, were slower too (1k replay 2.619 -> 2.710, 2.683, 2.651 ms;
 # short_norm_pdl_ab_h200_2026-12-01_session20.json).
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
-# a kind not listed takes this kind's mode, where that one is. "gluon_o" and "gluon_down" are the layer's o and down
-# products (the ones before the two RMSNorms). Mode 6 (Gluon products only): the next kernel may launch once each
+# a kind not listed takes this kind's mode, where that one is. "gluon_qkv", "gluon_o", "gluon_gate_up" and "gluon_down"
+# are the decoder layer's four products (o and down come before the two RMSNorms). Mode 6 (Gluon products only): the next kernel may launch once each
 # program has asked for its last weight tile in its main loop, or right after its wait where its first ring holds every
 # tile (as mode 2; never before the wait)
-_FALLBACK = {"norm_mlp": "norm", "gluon_o": "gluon", "gluon_down": "gluon"}
+_FALLBACK = {"norm_mlp": "norm", "gluon_qkv": "gluon", "gluon_o": "gluon", "gluon_gate_up": "gluon",
+             "gluon_down": "gluon"}
 # (session 36-37: mode 5 for the RMSNorms, the next product launching once the norm's loads after its wait were done,
 # so that its ring fill would not queue ahead of them: same tokens, 1k decode 2.490/2.473 -> 2.527/2.519 ms/token for
 # the norm before the MLP, 2.538 for both norms, 2.480 for the one before qkv alone; norm_pdl5_ab_h200_2026-12-02_session37.json;
@@ -289,7 +290,8 @@ def mlp(h, gate_up: torch.Tensor, down: torch.Tensor, norm: tuple[torch.Tensor, 
         split_gu, split_dn = split_k_of(*gate_up.shape), split_k_of(*down.shape)
         if gluon_mlp.supports(x, gate_up, down, split_gu, split_dn):
             return gluon_mlp.mlp(x, gate_up, down, h, split_dn, pdl_mode("gluon"))
-    return gemm(gemm(x, gate_up, silu=True), down, residual=h, partial=True, pdl_kind="gluon_down")
+    y = gemm(x, gate_up, silu=True, pdl_kind="gluon_gate_up")
+    return gemm(y, down, residual=h, partial=True, pdl_kind="gluon_down")
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor, *, silu: bool = False, residual: torch.Tensor | None = None,
