@@ -289,7 +289,7 @@ sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cachepro
 elif [ "$1" = 57 ]; then  # (staged in session 38) more launch timings for one row, the one-row modes for 2-4 rows, the
   # combine at fewer warps (other bits: the tokens column compares with base)
   env AB_ROWS=1,2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 560 python scripts/ab_decode.py $OUT/one_row_more_ab.json \
-    qwen3-4b base one_gu6 one_gu1 one_124 comb_w2 comb_w1 base#2 one_gu6#2 one_124#2 comb_w2#2 base#3 2>&1 \
+    qwen3-4b base one_gu6 one_gu1 one_qkv6 one_124 comb_w2 comb_w1 base#2 one_gu6#2 one_124#2 comb_w2#2 base#3 2>&1 \
     | grep -E "ctx |Error"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
