@@ -137,9 +137,9 @@ def capture_one(forward, t: int, pool) -> tuple:
 
 
 def capture_short(tiers, forward, pool) -> dict:
-    """The short graphs of these tiers, with SHORT_PDL's modes (and SHORT_PDL_ONE_ROW's for one row, warmed up again
-    under them) and each bound's settings -> {tier: [(keys at most, (graph, static outputs))] in SHORT_BOUNDS' order}
-    ({} where off)."""
+    """The short graphs of these tiers, with SHORT_PDL's modes (and SHORT_PDL_ONE_ROW's for SHORT_PDL_ONE_ROW_TIERS,
+    warmed up and captured after the others) and each bound's settings -> {tier: [(keys at most, (graph, static
+    outputs))] in SHORT_BOUNDS' order} ({} where off)."""
     from sparkdec.ops import triton_gemm
 
     if not SHORT_PDL or not SHORT_BOUNDS or not tiers:
@@ -152,16 +152,15 @@ def capture_short(tiers, forward, pool) -> dict:
         if not here:
             continue
         bounded = functools.partial(forward, keys=bound) if bound in SHORT_SIZED else forward
+        own = [t for t in here if t in SHORT_PDL_ONE_ROW_TIERS] if SHORT_PDL_ONE_ROW else []
+        groups = [([t for t in here if t not in own], {}), (own, SHORT_PDL_ONE_ROW)]  # (tiers, extra PDL modes)
         with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **SHORT_PDL},
                       **{setting(name): value for name, value in settings.items()}}):
-            warm_up(here, bounded)  # the kernels of these settings compile and load outside the capture
-            for t in sorted(here, reverse=True):
-                own = t in SHORT_PDL_ONE_ROW_TIERS and bool(SHORT_PDL_ONE_ROW)
-                kinds = {**triton_gemm.PDL_KINDS, **SHORT_PDL_ONE_ROW}
-                with patched({(triton_gemm, "PDL_KINDS"): kinds} if own else {}):
-                    if own:
-                        warm_up([t], bounded)
-                    short[t].append((bound, capture_one(bounded, t, pool)))
+            for group, extra in (g for g in groups if g[0]):  # (own tiers are the smallest: still largest first)
+                with patched({(triton_gemm, "PDL_KINDS"): {**triton_gemm.PDL_KINDS, **extra}} if extra else {}):
+                    warm_up(group, bounded)  # the kernels of these settings compile and load outside the capture
+                    for t in sorted(group, reverse=True):
+                        short[t].append((bound, capture_one(bounded, t, pool)))
     return short
 
 

@@ -49,9 +49,9 @@ GLUON = flag("SPARKDEC_GLUON", True)
 # short_norm_pdl_ab_h200_2026-12-01_session20.json).
 PDL_KINDS: dict[str, int] = {"gluon": 2, "norm": 2, "rope": 2, "combine": 2}
 # a kind not listed takes this kind's mode, where that one is. "gluon_qkv", "gluon_o", "gluon_gate_up" and "gluon_down"
-# are the decoder layer's four products (o and down come before the two RMSNorms). Mode 6 (Gluon products only): the next kernel may launch once each
-# program has asked for its last weight tile in its main loop, or right after its wait where its first ring holds every
-# tile (as mode 2; never before the wait)
+# are the decoder layer's four products (o and down come before the two RMSNorms). Mode 6 (Gluon products only): the
+# next kernel may launch once each program has asked for its last weight tile in its main loop, or right after its wait
+# where its first ring holds every tile (as mode 2; never before the wait)
 _FALLBACK = {"norm_mlp": "norm", "gluon_qkv": "gluon", "gluon_o": "gluon", "gluon_gate_up": "gluon",
              "gluon_down": "gluon"}
 # (session 36-37: mode 5 for the RMSNorms, the next product launching once the norm's loads after its wait were done,
