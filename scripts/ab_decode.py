@@ -466,6 +466,8 @@ _ONE = graphs.SHORT_PDL_ONE_ROW
 VARIANTS["one_gu6"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_gate_up": 6}}
 VARIANTS["one_gu1"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_gate_up": 1}}
 VARIANTS["one_124"] = {(graphs, "SHORT_PDL_ONE_ROW_TIERS"): (1, 2, 4)}
+VARIANTS["one_12"] = {(graphs, "SHORT_PDL_ONE_ROW_TIERS"): (1, 2)}  # (session 39) one_124 helped 2 rows, not 4
+VARIANTS["comb_w2_one_12"] = {**VARIANTS["comb_w2"], **VARIANTS["one_12"]}
 VARIANTS["one_qkv6"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_qkv": 6}}  # RoPE and the split launched later
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
