@@ -44,6 +44,9 @@
 # bench at 1k, 78.3%), 53 (gate_up's and qkv's fills paced at 2-3: slower), 54 and 56 (launch timing around the norms;
 # shipped for one row: graphs.SHORT_PDL_ONE_ROW, -0.8%); 55 was not run (no machine). Next: 25 and 1 (the suite at this
 # code), the bench (the one-row modes' figure), 57 (staged: more launch timings, the combine at fewer warps).
+# Session 39 ran 25 and 1 (all 53 GPU tests passed; the bench: 78.9%; kernels_*_session39.json) and 57 (more one-row
+# launch timings: slower; the combine at 2 warps: 4 rows -1.1%; one_row_more_ab_*_session39.json). Next: 58 (the
+# combine at 2 warps: its A/B at 1k/8k, its bits tests, the bench), then ship it if it holds.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
