@@ -294,10 +294,11 @@ elif [ "$1" = 57 ]; then  # (staged in session 38) more launch timings for one r
   env AB_ROWS=1,2,4 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024 timeout 560 python scripts/ab_decode.py $OUT/one_row_more_ab.json \
     qwen3-4b base one_gu6 one_gu1 one_qkv6 one_124 comb_w2 comb_w1 base#2 one_gu6#2 one_124#2 comb_w2#2 base#3 2>&1 \
     | grep -E "ctx |Error"
-elif [ "$1" = 58 ]; then  # (session 39) the combine at 2 warps (57: 4 rows -1.1%) and the one-row modes for 2 rows:
+elif [ "$1" = 58 ]; then  # (session 39) the combine at 2 warps (57: 4 rows -1.1%), 32 splits a chunk, the one-row modes for 2 rows:
   # the A/B at 1k and 8k, then the bits tests and the 4B bench at 1k with the combine at 2 warps
-  env AB_ROWS=1,2,4,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 300 python scripts/ab_decode.py $OUT/comb_w2_ab.json \
-    qwen3-4b base comb_w2 one_12 comb_w2_one_12 base#2 comb_w2#2 comb_w2_one_12#2 base#3 comb_w2#3 2>&1 \
+  env AB_ROWS=1,2,4,8 AB_PLAIN_ONLY=1 AB_CONTEXTS=1024,8192 timeout 330 python scripts/ab_decode.py $OUT/comb_w2_ab.json \
+    qwen3-4b base comb_w2 one_12 comb_w2_one_12 comb_c32 comb_w2_c32 base#2 comb_w2#2 comb_w2_one_12#2 comb_c32#2 \
+    base#3 comb_w2#3 2>&1 \
     | grep -E "ctx |Error"
   timeout 150 python -c "import sys, pytest; from sparkdec.ops import triton_attention as a; a.COMBINE_WARPS = 2
 sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
