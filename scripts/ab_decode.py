@@ -468,11 +468,11 @@ VARIANTS["one_gu1"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_gate_up": 
 VARIANTS["one_124"] = {(graphs, "SHORT_PDL_ONE_ROW_TIERS"): (1, 2, 4)}
 VARIANTS["one_12"] = {(graphs, "SHORT_PDL_ONE_ROW_TIERS"): (1, 2)}  # (session 39) one_124 helped 2 rows, not 4
 VARIANTS["comb_w2_one_12"] = {**VARIANTS["comb_w2"], **VARIANTS["one_12"]}
+VARIANTS["one_qkv6"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_qkv": 6}}  # RoPE and the split launched later
 # (session 39, staged) the combine reducing 32 splits at a time, not 16 (other bits): a lone row's short graph (32
 # split programs per kv head) then reduces one chunk, not two, with one maximum and one sum fewer on its path
 VARIANTS["comb_c32"] = {(triton_attention, "CHUNK"): 32}
 VARIANTS["comb_w2_c32"] = {**VARIANTS["comb_w2"], **VARIANTS["comb_c32"]}
-VARIANTS["one_qkv6"] = {(graphs, "SHORT_PDL_ONE_ROW"): {**_ONE, "gluon_qkv": 6}}  # RoPE and the split launched later
 PROPOSE_ONLY = os.environ.get("AB_PROPOSE_ONLY") == "1"
 PLAIN_ONLY = os.environ.get("AB_PLAIN_ONLY") == "1"
 ROWS = [int(r) for r in os.environ.get("AB_ROWS", "1,8").split(",")]  # the plain engine's replayed row counts

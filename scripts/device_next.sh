@@ -303,7 +303,7 @@ elif [ "$1" = 58 ]; then  # (session 39) the combine at 2 warps (57: 4 rows -1.1
   timeout 150 python -c "import sys, pytest; from sparkdec.ops import triton_attention as a; a.COMBINE_WARPS = 2
 sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cacheprovider', '-k',
  'bit_identical or replay_equals_eager or engines_with_tiled or rows_in_blocks or gluon_split_gives']))" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head -8
-  timeout 100 python -c "import sys; from sparkdec.ops import triton_attention as a; a.COMBINE_WARPS = 2
+  timeout 100 python -c "from sparkdec.ops import triton_attention as a; a.COMBINE_WARPS = 2
 from sparkdec.cli import main; main(['bench', 'kernels', '--shapes', 'qwen3-4b', '--contexts', '1024', '--out',
  '$OUT/kernels_comb_w2.json'])" 2>&1 | grep "^qwen3"
 elif [ "$1" = 8 ]; then
