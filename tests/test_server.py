@@ -264,6 +264,48 @@ def test_64_concurrent_streams_equal_their_single_request_outputs(server):
     assert [r[0] for r in results] == single
 
 
+def test_n_choices_and_prompt_lists_equal_their_single_requests(server):
+    client = server.client()
+    kw = dict(model=MODEL, max_tokens=10, extra_body=LONG)
+    # seeded sampling: choice i samples with seed + i, so each choice equals a single request with that seed
+    many = client.completions.create(prompt="def area(r):", n=3, temperature=1.0, seed=77, **kw)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    single = [client.completions.create(prompt="def area(r):", temperature=1.0, seed=77 + i, **kw).choices[0].text
+              for i in range(3)]
+    assert [c.text for c in many.choices] == single and len(set(single)) > 1
+    assert many.usage.completion_tokens == 30 and many.usage.prompt_tokens == client.completions.create(
+        prompt="def area(r):", **kw).usage.prompt_tokens
+    per_choice = [c.model_extra["speculative"] for c in many.choices]
+    assert _spec(many)["rounds"] == sum(s["rounds"] for s in per_choice) > 0
+    assert sum(_spec(many)["accepted_histogram"]) == _spec(many)["rounds"]
+    # a list of prompts, n of each: index = prompt * n + i; greedy choices equal the prompt's single output
+    prompts = ["import json\n", "class Node:"]
+    batch = client.completions.create(prompt=prompts, n=2, **GREEDY, **kw)
+    alone = [client.completions.create(prompt=p, **GREEDY, **kw).choices[0].text for p in prompts]
+    assert [c.index for c in batch.choices] == [0, 1, 2, 3]
+    assert [c.text for c in batch.choices] == [alone[0], alone[0], alone[1], alone[1]]
+    # streamed: each index's pieces join to its non-streamed text; one finish per choice; usage over all
+    chunks = list(client.completions.create(prompt=prompts, n=2, stream=True, stream_options={"include_usage": True},
+                                            **GREEDY, **kw))
+    texts, finishes = {}, {}
+    for ch in chunks:
+        for c in ch.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    assert texts == {c.index: c.text for c in batch.choices} and finishes == {i: "length" for i in range(4)}
+    assert chunks[-1].usage.completion_tokens == 40
+    # chat with n, and echo
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], n=2,
+                                          max_tokens=6, seed=5, temperature=0.8, extra_body=LONG)
+    assert [c.index for c in chat.choices] == [0, 1] and chat.usage.completion_tokens == 12
+    echoed = client.completions.create(prompt="x = [", echo=True, **GREEDY, **kw).choices[0].text
+    assert echoed == "x = [" + client.completions.create(prompt="x = [", **GREEDY, **kw).choices[0].text
+    streamed = _stream_text(client.completions.create, prompt="x = [", echo=True, **GREEDY,
+                            **{k: v for k, v in kw.items() if k != "model"})[0]
+    assert streamed == echoed
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
@@ -277,7 +319,10 @@ def test_bad_inputs_get_status_and_message(server):
         (b'{"model": "tiny", "prompt": ', 400, "not valid JSON"),
         (b'["a list"]', 400, "JSON object"),
         ({**ok, "model": "gpt-4"}, 404, "does not exist"),
-        ({**ok, "n": 2}, 400, "n must be 1"),
+        ({**ok, "n": 0}, 400, "n must be a positive integer"),
+        ({**ok, "n": 10**6}, 400, "lower n"),
+        ({**ok, "best_of": 3}, 400, "best_of must equal n"),
+        ({**ok, "prompt": ["fine", ""]}, 400, "empty"),
         ({**ok, "temperature": -1}, 400, "temperature"),
         ({**ok, "top_p": 0}, 400, "top_p"),
         ({**ok, "max_tokens": 0}, 400, "max_tokens"),
@@ -301,8 +346,8 @@ def test_bad_inputs_get_status_and_message(server):
         client.completions.create(model="nope", prompt="x")
     with pytest.raises(openai.BadRequestError, match="context window"):
         client.completions.create(model=MODEL, prompt="x " * 3000)
-    with pytest.raises(openai.BadRequestError, match="n must be 1"):
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=3)
+    with pytest.raises(openai.BadRequestError, match="n must be a positive integer"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=-1)
     # the server still serves after all of that
     assert client.completions.create(model=MODEL, prompt="hi", max_tokens=2).usage.completion_tokens == 2
 

@@ -38,6 +38,25 @@ class SpecStats:
             self.verified_per_position[j] += 1
             self.accepted_per_position[j] += int(j < num_accepted)
 
+    def copy(self) -> "SpecStats":
+        return SpecStats(self.block_size, self.rounds, self.draft_tokens, self.accepted_tokens,
+                         list(self.accepted_per_position), list(self.verified_per_position), list(self.histogram))
+
+    @staticmethod
+    def merged(stats: list["SpecStats"]) -> "SpecStats":
+        """The statistics of several requests (one response's choices) as if they were one."""
+        out = SpecStats(max((s.block_size for s in stats), default=0))
+        for s in stats:
+            out.rounds += s.rounds
+            out.draft_tokens += s.draft_tokens
+            out.accepted_tokens += s.accepted_tokens
+            for name in ("accepted_per_position", "verified_per_position", "histogram"):
+                total, add = getattr(out, name), getattr(s, name)
+                total.extend([0] * (len(add) - len(total)))
+                for j, v in enumerate(add):
+                    total[j] += v
+        return out
+
     def as_dict(self) -> dict:
         rates = [a / v if v else None for a, v in zip(self.accepted_per_position, self.verified_per_position)]
         return {

@@ -14,9 +14,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sparkdec.errors import PromptTooLongError, SparkdecError
 from sparkdec.server import protocol as P
-from sparkdec.server.engine_loop import EngineLoop, RequestHandle
+from sparkdec.server import choices as C
+from sparkdec.server.engine_loop import EngineLoop
 from sparkdec.server.metrics import Metrics
-from sparkdec.server.streaming import stream_events, wait_final
+from sparkdec.server.streaming import stream_events, wait_finals
 
 
 @dataclass
@@ -62,8 +63,7 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
     async def completions(request: Request):
         body = await _parse(request, P.CompletionRequest)
         _check_model(body, names, model_name)
-        prompt = body.single_prompt()
-        return await _generate(request, body, prompt, "completions", engine, loop, state, model_name)
+        return await _generate(request, body, body.prompts(), "completions", engine, loop, state, model_name)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -73,7 +73,7 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
             raise P.RequestError(400, "this model has no tokenizer.json, so chat messages cannot be rendered; "
                                       "use /v1/completions with token ids", param="messages")
         prompt = engine.tokenizer.apply_chat_template(body.plain_messages(), body.add_generation_prompt)
-        return await _generate(request, body, prompt, "chat", engine, loop, state, model_name)
+        return await _generate(request, body, [prompt], "chat", engine, loop, state, model_name)
 
     return app
 
@@ -102,59 +102,68 @@ def _check_model(body, names: set[str], model_name: str) -> None:
                                   f"{model_name!r} (see /v1/models)", param="model", code="model_not_found")
 
 
-async def _generate(request: Request, body, prompt, kind: str, engine, loop: EngineLoop, state: ServerState,
-                    model_name: str):
+async def _generate(request: Request, body, prompts: list, kind: str, engine, loop: EngineLoop,
+                    state: ServerState, model_name: str):
+    _check_open(state)
+    rid = P.new_id("cmpl" if kind == "completions" else "chatcmpl")
+    choices = C.plan(engine, body, prompts, kind, rid)
+    _check_room(state, len(choices))
+    state.inflight += len(choices)
+    queued = False
+    try:
+        await C.queue_all(loop, choices)
+        queued = True
+    finally:
+        if not queued:  # refused by the engine, or the client went away while it was being added
+            state.inflight -= len(choices)
+    if body.stream:
+        events = stream_events(choices, rid, model_name, kind, body.include_usage)
+        return _AbortingStream(events, choices, loop, state, media_type="text/event-stream",
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        snaps = await wait_finals([c.handle for c in choices], request)
+    finally:
+        state.inflight -= len(choices)
+        C.abort_unfinished(loop, choices)
+    if snaps is None:  # the client disconnected; nobody reads this
+        return Response(status_code=499)
+    for snap in snaps:
+        if snap.error:
+            raise P.RequestError(500, snap.error, "server_error")
+    return C.response(kind, rid, model_name, choices, snaps)
+
+
+def _check_open(state: ServerState) -> None:
     if state.draining:
         raise P.RequestError(503, "the server is shutting down; retry on another replica", "server_error",
                              code="server_draining")
-    if state.inflight >= state.max_inflight:
+
+
+def _check_room(state: ServerState, wanted: int) -> None:
+    """Each choice is one request in flight: a request larger than the server's whole capacity can never run (400);
+    one that does not fit now can be retried (503)."""
+    if wanted > state.max_inflight:
+        raise P.RequestError(400, f"this request asks for {wanted} choices (n x prompts) but the server holds at most "
+                                  f"{state.max_inflight} requests in flight; lower n or send fewer prompts at a time",
+                             param="n")
+    if state.inflight + wanted > state.max_inflight:
         raise P.RequestError(503, f"the server is full ({state.inflight} requests in flight); retry later",
                              "server_error", code="server_overloaded")
-    prompt_ids = engine.encode_prompt(prompt)
-    default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
-    params = body.sampling_params(default_max)
-    rid = P.new_id("cmpl" if kind == "completions" else "chatcmpl")
-    state.inflight += 1
-    handle: RequestHandle | None = None
-    try:
-        handle = await loop.add(rid, prompt_ids, params)
-    finally:
-        if handle is None:  # refused by the engine, or the client went away while it was being added
-            state.inflight -= 1
-            loop.abort(rid)
-    if body.stream:
-        events = stream_events(handle, rid, model_name, kind, params.stop, body.include_usage)
-        return _AbortingStream(events, handle, loop, state, media_type="text/event-stream",
-                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        snap = await wait_final(handle, request)
-    finally:
-        state.inflight -= 1
-        if not handle.done:
-            loop.abort(rid)
-    if snap is None:  # the client disconnected; nobody reads this
-        return Response(status_code=499)
-    if snap.error:
-        raise P.RequestError(500, snap.error, "server_error")
-    use = P.usage(len(prompt_ids), snap.num_tokens)
-    make = P.completion_body if kind == "completions" else P.chat_body
-    return make(rid, model_name, snap.text, snap.finish_reason, use, snap.spec)
 
 
 class _AbortingStream(StreamingResponse):
     """A stream that aborts its request however it ends early (client gone, send error, cancellation)."""
 
-    def __init__(self, content, handle: RequestHandle, loop: EngineLoop, state: ServerState, **kw):
+    def __init__(self, content, choices: list[C.Choice], loop: EngineLoop, state: ServerState, **kw):
         super().__init__(content, **kw)
-        self._handle, self._loop, self._state = handle, loop, state
+        self._choices, self._loop, self._state = choices, loop, state
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._state.inflight -= 1
-            if not self._handle.done:
-                self._loop.abort(self._handle.request_id)
+            self._state.inflight -= len(self._choices)
+            C.abort_unfinished(self._loop, self._choices)
 
 
 def _error(status: int, message: str, type: str, param=None, code=None) -> JSONResponse:

@@ -9,6 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from sparkdec.engine.sequence import SpecStats
 from sparkdec.sampling import SamplingParams
 
 log = logging.getLogger("sparkdec.server")
@@ -23,6 +24,7 @@ class Snapshot:
     finish_reason: str | None
     spec: dict | None = None  # speculative stats, on the final snapshot
     error: str | None = None
+    stats: SpecStats | None = None  # a copy of the request's counters, on the final snapshot (merged across choices)
 
 
 @dataclass(eq=False)
@@ -138,10 +140,10 @@ class EngineLoop:
         if tracked is None:
             return
         finish = seq.finish_reason if error is None else "error"
-        spec = None
+        spec = stats = None
         if finish is not None:
-            spec = {"enabled": self.engine.speculating(seq), **seq.spec.as_dict()}
-        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error)
+            spec, stats = {"enabled": self.engine.speculating(seq), **seq.spec.as_dict()}, seq.spec.copy()
+        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats)
         if self.metrics:
             self._observe(tracked, seq, finish)
         if finish is not None:

@@ -53,8 +53,9 @@ class _Common(BaseModel):
     min_confidence: float | None = None
 
     def check_supported(self) -> None:
-        if self.n != 1:
-            raise RequestError(400, f"n must be 1 (sparkdec returns one choice per request), got {self.n}", param="n")
+        if not isinstance(self.n, int) or self.n < 1:
+            raise RequestError(400, f"n must be a positive integer (the number of choices per prompt), got {self.n!r}",
+                               param="n")
         if self.logprobs not in (None, False, 0):
             raise RequestError(400, "logprobs are not supported by this server; drop the field", param="logprobs")
 
@@ -80,18 +81,18 @@ class CompletionRequest(_Common):
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.best_of not in (None, 1):
-            raise RequestError(400, "best_of must be 1", param="best_of")
-        if self.echo or self.suffix:
-            raise RequestError(400, "echo and suffix are not supported by this server", param="echo")
+        if self.best_of not in (None, self.n):
+            raise RequestError(400, f"best_of must equal n ({self.n}): this server returns every choice it generates",
+                               param="best_of")
+        if self.suffix:
+            raise RequestError(400, "suffix is not supported by this server; drop the field", param="suffix")
 
-    def single_prompt(self) -> str | list[int]:
+    def prompts(self) -> list[str | list[int]]:
+        """The request's prompts: a string, a list of token ids, or a list of either (one choice set each)."""
         p = self.prompt
         if isinstance(p, list) and p and isinstance(p[0], (str, list)):
-            if len(p) != 1:
-                raise RequestError(400, f"send one prompt per request (got {len(p)})", param="prompt")
-            p = p[0]
-        return p
+            return list(p)
+        return [p]
 
 
 class ContentPart(BaseModel):
@@ -136,27 +137,31 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_body(rid: str, model: str, text: str, finish: str | None, use: dict, spec: dict | None) -> dict:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+def completion_choice(index: int, text: str, finish: str | None, spec: dict | None) -> dict:
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish, "speculative": spec}
+
+
+def chat_choice(index: int, text: str, finish: str | None, spec: dict | None) -> dict:
+    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            "finish_reason": finish, "speculative": spec}
+
+
+def response_body(kind: str, rid: str, model: str, choices: list[dict], use: dict, spec: dict | None) -> dict:
+    """A whole (non-streamed) response; spec: the speculative statistics of all its choices together."""
+    obj = "text_completion" if kind == "completions" else "chat.completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": choices,
             "usage": use, "speculative": spec}
 
 
-def chat_body(rid: str, model: str, text: str, finish: str | None, use: dict, spec: dict | None) -> dict:
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                         "finish_reason": finish}],
-            "usage": use, "speculative": spec}
-
-
-def completion_chunk(rid: str, model: str, text: str | None, finish: str | None = None, **extra) -> dict:
-    choices = [] if text is None else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+def completion_chunk(rid: str, model: str, text: str | None, finish: str | None = None, index: int = 0,
+                     **extra) -> dict:
+    choices = [] if text is None else [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]
     return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": choices, **extra}
 
 
-def chat_chunk(rid: str, model: str, delta: dict | None, finish: str | None = None, **extra) -> dict:
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+def chat_chunk(rid: str, model: str, delta: dict | None, finish: str | None = None, index: int = 0, **extra) -> dict:
+    choices = [] if delta is None else [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]
     return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
             "choices": choices, **extra}
 

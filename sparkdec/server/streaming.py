@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from sparkdec.server import protocol as P
+from sparkdec.server.choices import prompt_tokens
 from sparkdec.server.engine_loop import RequestHandle, Snapshot
 
 
@@ -28,34 +29,55 @@ def stable_prefix(text: str, stops: tuple[str, ...]) -> str:
     return text[:len(text) - hold]
 
 
-async def stream_events(handle: RequestHandle, rid: str, model: str, kind: str, stops: tuple[str, ...],
-                        include_usage: bool) -> AsyncIterator[str]:
+async def snapshots(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Snapshot]]:
+    """(i, snapshot) as the handles publish, in index order among those ready together, until each handle has
+    published its final snapshot."""
+    waits = {asyncio.ensure_future(h.next()): i for i, h in enumerate(handles)}
+    try:
+        while waits:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for fut in sorted(done, key=waits.get):
+                i = waits.pop(fut)
+                snap = fut.result()
+                yield i, snap
+                if snap.finish_reason is None:
+                    waits[asyncio.ensure_future(handles[i].next())] = i
+    finally:
+        for fut in waits:
+            fut.cancel()
+
+
+async def stream_events(choices: list, rid: str, model: str, kind: str, include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events of a request's choices (server/choices.py), interleaved as they progress."""
     chat = kind == "chat"
 
-    def chunk(piece: str | None, finish: str | None = None, **extra) -> str:
+    def chunk(index: int, piece: str | None, finish: str | None = None, **extra) -> str:
         if chat:
             delta = None if piece is None else ({"content": piece} if finish is None else {})
-            return sse(P.chat_chunk(rid, model, delta, finish, **extra))
-        return sse(P.completion_chunk(rid, model, piece, finish, **extra))
+            return sse(P.chat_chunk(rid, model, delta, finish, index, **extra))
+        return sse(P.completion_chunk(rid, model, piece, finish, index, **extra))
 
-    if chat:
-        yield sse(P.chat_chunk(rid, model, {"role": "assistant", "content": ""}))
-    shown = 0
-    while True:
-        snap = await handle.next()
+    for c in choices:
+        if chat:
+            yield sse(P.chat_chunk(rid, model, {"role": "assistant", "content": ""}, index=c.index))
+        elif c.echo:
+            yield chunk(c.index, c.echo)
+    shown, tokens = [0] * len(choices), [0] * len(choices)
+    async for i, snap in snapshots([c.handle for c in choices]):
         if snap.error:
             yield sse(P.error_body(snap.error, "server_error"))
             break
         final = snap.finish_reason is not None
-        text = snap.text if final else stable_prefix(snap.text, stops)
-        if len(text) > shown:
-            yield chunk(text[shown:])
-            shown = len(text)
+        text = snap.text if final else stable_prefix(snap.text, choices[i].params.stop)
+        if len(text) > shown[i]:
+            yield chunk(choices[i].index, text[shown[i]:])
+            shown[i] = len(text)
+        tokens[i] = snap.num_tokens
         if final:
-            yield chunk("", snap.finish_reason, speculative=snap.spec)
-            if include_usage:
-                yield chunk(None, usage=P.usage(len(handle.prompt_ids), snap.num_tokens))
-            break
+            yield chunk(choices[i].index, "", snap.finish_reason, speculative=snap.spec)
+    else:
+        if include_usage:
+            yield chunk(0, None, usage=P.usage(prompt_tokens(choices), sum(tokens)))
     yield "data: [DONE]\n\n"
 
 
@@ -71,9 +93,9 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def wait_final(handle: RequestHandle, request: Request) -> Snapshot | None:
-    """The final snapshot, or None when the client disconnects first."""
-    final = asyncio.ensure_future(_until_final(handle))
+async def wait_finals(handles: list[RequestHandle], request: Request) -> list[Snapshot] | None:
+    """Each handle's final snapshot, or None when the client disconnects first."""
+    final = asyncio.ensure_future(asyncio.gather(*(_until_final(h) for h in handles)))
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({final, gone}, return_when=asyncio.FIRST_COMPLETED)

@@ -1,0 +1,86 @@
+"""One HTTP request's choices: `n` samples of each of its prompts, queued together and answered together."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sparkdec.engine.sequence import SpecStats
+from sparkdec.sampling import SamplingParams
+from sparkdec.server import protocol as P
+from sparkdec.server.engine_loop import EngineLoop, RequestHandle, Snapshot
+
+
+@dataclass(eq=False)
+class Choice:
+    """One engine request. Choice i of prompt p has index p * n + i (the OpenAI numbering)."""
+
+    index: int
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    echo: str = ""  # text shown before the completion (completions `echo`: the prompt)
+    handle: RequestHandle | None = None
+
+
+def plan(engine, body, prompts: list, kind: str, rid: str) -> list[Choice]:
+    """Every choice of the request. All prompts are checked (tokenized, sized) before any is queued.
+    With a seed, choice i samples with seed + i, so choice 0 equals the request sent with n = 1."""
+    ids = [engine.encode_prompt(p) for p in prompts]
+    out = []
+    for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
+        default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
+        params = body.sampling_params(default_max)
+        echo = _echo_text(engine, prompt) if getattr(body, "echo", False) else ""
+        for i in range(body.n):
+            index = p * body.n + i
+            seeded = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
+            out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo))
+    return out
+
+
+def _echo_text(engine, prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if engine.tokenizer is None:
+        raise P.RequestError(400, "echo of a token-id prompt needs the model's tokenizer.json, which this model "
+                                  "lacks; drop echo or send the prompt as text", param="echo")
+    return engine.tokenizer.decode(prompt, skip_special_tokens=False)
+
+
+def prompt_tokens(choices: list[Choice]) -> int:
+    """Prompt tokens counted once per prompt, however many choices it has."""
+    seen: dict[int, int] = {id(c.prompt_ids): len(c.prompt_ids) for c in choices}
+    return sum(seen.values())
+
+
+async def queue_all(loop: EngineLoop, choices: list[Choice]) -> None:
+    """Queue every choice. If the engine refuses one (or the client goes away meanwhile), the ones already queued
+    are aborted and the error propagates: a request runs whole or not at all."""
+    try:
+        for c in choices:
+            c.handle = await loop.add(c.request_id, c.prompt_ids, c.params)
+    except BaseException:
+        abort_unfinished(loop, choices)
+        raise
+
+
+def abort_unfinished(loop: EngineLoop, choices: list[Choice]) -> None:
+    for c in choices:
+        if c.handle is None or not c.handle.done:
+            loop.abort(c.request_id)
+
+
+def merged_spec(snaps: list[Snapshot]) -> dict | None:
+    """The speculative statistics of a response: its one choice's, or all its choices' counted together."""
+    if len(snaps) == 1:
+        return snaps[0].spec
+    stats = [s.stats for s in snaps if s.stats is not None]
+    enabled = any(s.spec and s.spec.get("enabled") for s in snaps)
+    return {"enabled": enabled, **SpecStats.merged(stats).as_dict()}
+
+
+def response(kind: str, rid: str, model: str, choices: list[Choice], snaps: list[Snapshot]) -> dict:
+    """The whole response body of a non-streamed request."""
+    make = P.completion_choice if kind == "completions" else P.chat_choice
+    bodies = [make(c.index, c.echo + s.text, s.finish_reason, s.spec) for c, s in zip(choices, snaps)]
+    use = P.usage(prompt_tokens(choices), sum(s.num_tokens for s in snaps))
+    return P.response_body(kind, rid, model, bodies, use, merged_spec(snaps))
