@@ -18,6 +18,8 @@ class RequestOutput:
     finish_reason: str | None
     stats: dict = field(default_factory=dict)
     rounds: list[dict] | None = None
+    # per token when SamplingParams.logprobs is set: (id, log-probability, ((id, log-probability), ...) of the top ones)
+    logprobs: list[tuple[int, float, tuple]] | None = None
 
 
 def request_stats(seq: Sequence) -> dict:
@@ -33,7 +35,7 @@ def request_stats(seq: Sequence) -> dict:
 
 def to_output(seq: Sequence) -> RequestOutput:
     return RequestOutput(seq.request_id, list(seq.prompt_ids), seq.text, list(seq.output_ids), seq.finish_reason,
-                         request_stats(seq), seq.rounds)
+                         request_stats(seq), seq.rounds, list(seq.logprobs) if seq.logprobs is not None else None)
 
 
 class LLM:

@@ -11,6 +11,9 @@ from sparkdec.errors import InvalidSamplingParamsError
 from sparkdec.staging import to_device
 
 
+MAX_LOGPROBS = 20  # the most alternatives per token a request may ask for (OpenAI's chat top_logprobs limit)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0
@@ -25,6 +28,9 @@ class SamplingParams:
     speculative: bool | None = None
     verify_len: int | None = None
     min_confidence: float | None = None
+    # None: no log-probabilities; k >= 0: each output token's log-probability under the target's own distribution
+    # (its logits' log-softmax, before temperature, top-k and top-p) and the k most likely tokens' (spec/logprobs.py)
+    logprobs: int | None = None
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -49,6 +55,9 @@ class SamplingParams:
             bad(f"verify_len must be >= 0, got {self.verify_len!r}")
         if self.min_confidence is not None and not (0.0 <= self.min_confidence <= 1.0):
             bad(f"min_confidence must be in [0, 1], got {self.min_confidence!r}")
+        if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS):
+            bad(f"logprobs must be an integer from 0 to {MAX_LOGPROBS} (the top alternatives per token), "
+                f"got {self.logprobs!r}")
         if any(not s for s in self.stop):
             bad("stop strings must be non-empty")
 

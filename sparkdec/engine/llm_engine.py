@@ -156,7 +156,8 @@ class Engine:
         eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
                        seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
-                       rounds=[] if trace else None, arrival=time.perf_counter())
+                       rounds=[] if trace else None, arrival=time.perf_counter(),
+                       logprobs=[] if params.logprobs is not None else None)
         seq.spec.block_size = self.block_size
         self.scheduler.add(seq)
         return seq

@@ -41,10 +41,12 @@ class Lookahead:
 
     def takes(self, batch: Batch, speculating) -> bool:
         """Does this batch decode one step ahead (decode-only, plain, every sequence in the pending step; sampled
-        rows only with the ordinary sampler: the fused one draws each sequence's rows in a call of its own)?"""
+        rows only with the ordinary sampler: the fused one draws each sequence's rows in a call of its own; no
+        log-probabilities)?"""
         if batch.prefill or not batch.decode:
             return False
-        if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) for s in batch.decode):
+        if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) or s.logprobs is not None
+               for s in batch.decode):  # (a step ahead reads no logits: log-probabilities take the round)
             return False
         return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)
 

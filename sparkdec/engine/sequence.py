@@ -89,6 +89,9 @@ class Sequence:
     first_token_time: float | None = None
     finish_time: float | None = None
     prefill_time: float = 0.0
+    # per output token when params.logprobs is set: (its id, its log-probability, ((token id, log-probability), ...)
+    # of the params.logprobs most likely tokens), spec/logprobs.py
+    logprobs: list[tuple[int, float, tuple]] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -12,7 +12,7 @@ from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
-from sparkdec.spec import coupling
+from sparkdec.spec import coupling, logprobs
 from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy, batch_verify_lengths, survivals
@@ -194,6 +194,7 @@ class RoundRunner:
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i)
             s = seq.anchor_position
             committed = commit_tokens(seq, tokens, self.decode)
+            logprobs.record(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
                 self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
@@ -203,6 +204,7 @@ class RoundRunner:
             token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
                                                                      len(seq.prompt_ids))
             commit_tokens(seq, [token], self.decode)
+            logprobs.record(seq, logits[r:r + 1], [token])
             seq.first_token_time = time.perf_counter()
             touched.append(seq)
         t3 = time.perf_counter()

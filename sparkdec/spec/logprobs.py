@@ -1,0 +1,31 @@
+"""Log-probabilities of committed tokens under the target's own distribution (log-softmax of its logits, before
+temperature and filters), read from the logit rows the round already computed: a verify row's logits are the ones
+plain decoding computes for that position, so speculation does not change them."""
+from __future__ import annotations
+
+import torch
+
+from sparkdec.engine.sequence import Sequence
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int) -> list[tuple[int, float, tuple]]:
+    """logits [n, V] of the rows that chose tokens[0..n-1] -> per token (its id, its log-probability, ((id,
+    log-probability), ...) of the top most likely tokens, most likely first). One device->host read."""
+    lp = torch.log_softmax(logits.float(), dim=-1)  # [n, V]
+    ids = torch.tensor(tokens, device=lp.device)[:, None]  # [n, 1]
+    parts = [lp.gather(1, ids)]  # [n, 1]
+    if top:
+        vals, idx = lp.topk(top, dim=-1)  # [n, top] each
+        parts += [vals, idx.float()]  # NOTE: ids < 2**24 are exact in float32: one read for all
+    host = torch.cat(parts, dim=1).tolist()  # [n, 1 + 2 * top]
+    return [(t, row[0], tuple((int(i), v) for v, i in zip(row[1:1 + top], row[1 + top:])))
+            for t, row in zip(tokens, host)]
+
+
+def record(seq: Sequence, logits, tokens: list[int]) -> None:
+    """Append the log-probabilities of tokens, the sequence's newly committed ones, when it asked for them.
+    logits: their rows, a tensor or the runner's LogitRows."""
+    if seq.logprobs is None or not tokens:
+        return
+    rows = logits.tensor() if hasattr(logits, "tensor") else logits
+    seq.logprobs += token_logprobs(rows[:len(tokens)], tokens, seq.params.logprobs)
