@@ -44,6 +44,14 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for (byte-level BPE pieces mapped back to their bytes, which may be part of
+        a character; other tokenizers through decode)."""
+        piece = self._tok.id_to_token(token_id)
+        if piece is not None and type(self._tok.decoder).__name__ == "ByteLevel" and all(c in _BYTE_OF for c in piece):
+            return bytes(_BYTE_OF[c] for c in piece)
+        return self.decode([token_id], skip_special_tokens=False).encode()
+
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
@@ -58,6 +66,23 @@ class Tokenizer:
         return env.from_string(self.chat_template).render(
             messages=messages, add_generation_prompt=add_generation_prompt,
             bos_token=self.config.get("bos_token") or "", eos_token=self.config.get("eos_token") or "")
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: each byte's printable stand-in character -> the byte."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)}
+    out, shifted = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[chr(b)] = b
+        else:  # unprintable bytes stand in as 256, 257, ... in byte order
+            out[chr(256 + shifted)] = b
+            shifted += 1
+    return out
+
+
+_BYTE_OF = _byte_level_alphabet()
 
 
 def _raise(message: str):

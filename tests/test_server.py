@@ -306,6 +306,35 @@ def test_n_choices_and_prompt_lists_equal_their_single_requests(server):
     assert streamed == echoed
 
 
+def test_logprobs_completions_and_chat_streamed_or_not(server):
+    client = server.client()
+    kw = dict(model=MODEL, prompt="def parse(line):\n", max_tokens=12, logprobs=3, extra_body=LONG, **GREEDY)
+    on = client.completions.create(**kw).choices[0]
+    off = client.completions.create(**{**kw, "extra_body": {**LONG, "speculative": False}}).choices[0]
+    lp = on.logprobs
+    assert lp.tokens == off.logprobs.tokens and lp.token_logprobs == off.logprobs.token_logprobs  # speculation on/off
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 12
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:k]) for k in range(12)]
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert 3 <= len(top) <= 4 and value <= 0 and top[tok] == value == max(top.values())  # greedy: the best
+    chunks = list(client.completions.create(stream=True, **{k: v for k, v in kw.items()}))
+    streamed = [c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs]
+    assert sum((s.tokens for s in streamed), []) == lp.tokens
+    assert sum((s.token_logprobs for s in streamed), []) == lp.token_logprobs
+    assert sum((s.text_offset for s in streamed), []) == lp.text_offset
+    # chat: content entries with bytes that spell the message, top_logprobs alternatives
+    ckw = dict(model=MODEL, messages=[{"role": "user", "content": "Write a loop."}], max_tokens=10, logprobs=True,
+               top_logprobs=2, extra_body=LONG, temperature=0.7, seed=9)
+    chat = client.chat.completions.create(**ckw).choices[0]
+    content = chat.logprobs.content
+    assert len(content) == 10 and all(len(e.top_logprobs) == 2 for e in content)
+    assert b"".join(bytes(e.bytes) for e in content).decode(errors="replace") == chat.message.content
+    parts = [c.choices[0].logprobs.content for c in client.chat.completions.create(stream=True, **ckw)
+             if c.choices and c.choices[0].logprobs]
+    assert [e.model_dump() for part in parts for e in part] == [e.model_dump() for e in content]
+    assert client.chat.completions.create(**{**ckw, "logprobs": False, "top_logprobs": None}).choices[0].logprobs is None
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
@@ -323,6 +352,8 @@ def test_bad_inputs_get_status_and_message(server):
         ({**ok, "n": 10**6}, 400, "lower n"),
         ({**ok, "best_of": 3}, 400, "best_of must equal n"),
         ({**ok, "prompt": ["fine", ""]}, 400, "empty"),
+        ({**ok, "logprobs": 21}, 400, "logprobs must be an integer from 0 to 20"),
+        ({**ok, "logprobs": 1, "echo": True}, 400, "drop echo or logprobs"),
         ({**ok, "temperature": -1}, 400, "temperature"),
         ({**ok, "top_p": 0}, 400, "top_p"),
         ({**ok, "max_tokens": 0}, 400, "max_tokens"),
@@ -340,6 +371,9 @@ def test_bad_inputs_get_status_and_message(server):
         assert words in _error_of(resp)["message"], resp.text
     chat = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": []}, timeout=30)
     assert chat.status_code == 422 and "messages" in _error_of(chat)["message"]
+    chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                      json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
+    assert chat.status_code == 400 and "needs logprobs: true" in _error_of(chat)["message"]
     # the official client maps them to its exception types
     client = server.client()
     with pytest.raises(openai.NotFoundError):

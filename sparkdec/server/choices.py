@@ -7,6 +7,7 @@ from sparkdec.engine.sequence import SpecStats
 from sparkdec.sampling import SamplingParams
 from sparkdec.server import protocol as P
 from sparkdec.server.engine_loop import EngineLoop, RequestHandle, Snapshot
+from sparkdec.server.logprobs import LogprobFormatter
 
 
 @dataclass(eq=False)
@@ -19,6 +20,10 @@ class Choice:
     params: SamplingParams
     echo: str = ""  # text shown before the completion (completions `echo`: the prompt)
     handle: RequestHandle | None = None
+    logprobs: LogprobFormatter | None = None  # when the request asked for log-probabilities
+
+    def logprobs_of(self, entries) -> dict | None:
+        return self.logprobs.format(entries) if self.logprobs is not None and entries is not None else None
 
 
 def plan(engine, body, prompts: list, kind: str, rid: str) -> list[Choice]:
@@ -33,7 +38,8 @@ def plan(engine, body, prompts: list, kind: str, rid: str) -> list[Choice]:
         for i in range(body.n):
             index = p * body.n + i
             seeded = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
-            out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo))
+            formatter = LogprobFormatter(engine.tokenizer, kind == "chat") if params.logprobs is not None else None
+            out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo, logprobs=formatter))
     return out
 
 
@@ -81,6 +87,7 @@ def merged_spec(snaps: list[Snapshot]) -> dict | None:
 def response(kind: str, rid: str, model: str, choices: list[Choice], snaps: list[Snapshot]) -> dict:
     """The whole response body of a non-streamed request."""
     make = P.completion_choice if kind == "completions" else P.chat_choice
-    bodies = [make(c.index, c.echo + s.text, s.finish_reason, s.spec) for c, s in zip(choices, snaps)]
+    bodies = [make(c.index, c.echo + s.text, s.finish_reason, s.spec, c.logprobs_of(s.logprobs))
+              for c, s in zip(choices, snaps)]
     use = P.usage(prompt_tokens(choices), sum(s.num_tokens for s in snaps))
     return P.response_body(kind, rid, model, bodies, use, merged_spec(snaps))

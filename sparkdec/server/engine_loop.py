@@ -25,6 +25,7 @@ class Snapshot:
     spec: dict | None = None  # speculative stats, on the final snapshot
     error: str | None = None
     stats: SpecStats | None = None  # a copy of the request's counters, on the final snapshot (merged across choices)
+    logprobs: tuple | None = None  # sequence.logprobs so far, when the request asked for them
 
 
 @dataclass(eq=False)
@@ -143,7 +144,8 @@ class EngineLoop:
         spec = stats = None
         if finish is not None:
             spec, stats = {"enabled": self.engine.speculating(seq), **seq.spec.as_dict()}, seq.spec.copy()
-        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats)
+        logprobs = tuple(seq.logprobs) if seq.logprobs is not None else None
+        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats, logprobs)
         if self.metrics:
             self._observe(tracked, seq, finish)
         if finish is not None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,6 @@ class _Common(BaseModel):
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    logprobs: Any = None
     user: str | None = None
     # sparkdec / vLLM extra body fields
     top_k: int | None = None
@@ -56,8 +55,6 @@ class _Common(BaseModel):
         if not isinstance(self.n, int) or self.n < 1:
             raise RequestError(400, f"n must be a positive integer (the number of choices per prompt), got {self.n!r}",
                                param="n")
-        if self.logprobs not in (None, False, 0):
-            raise RequestError(400, "logprobs are not supported by this server; drop the field", param="logprobs")
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         return SamplingParams(
@@ -66,7 +63,12 @@ class _Common(BaseModel):
             max_tokens=default_max_tokens if self.max_tokens is None else self.max_tokens,
             seed=self.seed, stop=self.stop, stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos, speculative=self.speculative, verify_len=self.verify_len,
-            min_confidence=self.min_confidence)
+            min_confidence=self.min_confidence, logprobs=self.logprob_count())
+
+    def logprob_count(self) -> int | None:
+        """None: no log-probabilities; k: each output token's and its k most likely alternatives' (the endpoints
+        spell it differently)."""
+        return None
 
     @property
     def include_usage(self) -> bool:
@@ -78,6 +80,10 @@ class CompletionRequest(_Common):
     echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
+    logprobs: int | None = None
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -86,6 +92,9 @@ class CompletionRequest(_Common):
                                param="best_of")
         if self.suffix:
             raise RequestError(400, "suffix is not supported by this server; drop the field", param="suffix")
+        if self.echo and self.logprobs is not None:
+            raise RequestError(400, "echo with logprobs would need the prompt's log-probabilities, which this server "
+                                    "does not compute; drop echo or logprobs", param="logprobs")
 
     def prompts(self) -> list[str | list[int]]:
         """The request's prompts: a string, a list of token ids, or a list of either (one choice set each)."""
@@ -118,6 +127,16 @@ class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
     add_generation_prompt: bool = True
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise RequestError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         if self.max_tokens is None and self.max_completion_tokens is not None:
@@ -137,12 +156,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_choice(index: int, text: str, finish: str | None, spec: dict | None) -> dict:
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish, "speculative": spec}
+def completion_choice(index: int, text: str, finish: str | None, spec: dict | None, logprobs: dict | None) -> dict:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish, "speculative": spec}
 
 
-def chat_choice(index: int, text: str, finish: str | None, spec: dict | None) -> dict:
-    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+def chat_choice(index: int, text: str, finish: str | None, spec: dict | None, logprobs: dict | None) -> dict:
+    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
             "finish_reason": finish, "speculative": spec}
 
 
@@ -154,14 +173,15 @@ def response_body(kind: str, rid: str, model: str, choices: list[dict], use: dic
 
 
 def completion_chunk(rid: str, model: str, text: str | None, finish: str | None = None, index: int = 0,
-                     **extra) -> dict:
-    choices = [] if text is None else [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]
+                     logprobs: dict | None = None, **extra) -> dict:
+    choices = [] if text is None else [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]
     return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": choices, **extra}
 
 
-def chat_chunk(rid: str, model: str, delta: dict | None, finish: str | None = None, index: int = 0, **extra) -> dict:
-    choices = [] if delta is None else [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]
+def chat_chunk(rid: str, model: str, delta: dict | None, finish: str | None = None, index: int = 0,
+               logprobs: dict | None = None, **extra) -> dict:
+    choices = [] if delta is None else [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
     return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
             "choices": choices, **extra}
 

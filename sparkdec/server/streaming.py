@@ -51,27 +51,28 @@ async def stream_events(choices: list, rid: str, model: str, kind: str, include_
     """Server-sent events of a request's choices (server/choices.py), interleaved as they progress."""
     chat = kind == "chat"
 
-    def chunk(index: int, piece: str | None, finish: str | None = None, **extra) -> str:
+    def chunk(index: int, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
         if chat:
             delta = None if piece is None else ({"content": piece} if finish is None else {})
-            return sse(P.chat_chunk(rid, model, delta, finish, index, **extra))
-        return sse(P.completion_chunk(rid, model, piece, finish, index, **extra))
+            return sse(P.chat_chunk(rid, model, delta, finish, index, logprobs, **extra))
+        return sse(P.completion_chunk(rid, model, piece, finish, index, logprobs, **extra))
 
     for c in choices:
         if chat:
             yield sse(P.chat_chunk(rid, model, {"role": "assistant", "content": ""}, index=c.index))
         elif c.echo:
             yield chunk(c.index, c.echo)
-    shown, tokens = [0] * len(choices), [0] * len(choices)
+    shown, tokens, scored = [0] * len(choices), [0] * len(choices), [0] * len(choices)
     async for i, snap in snapshots([c.handle for c in choices]):
         if snap.error:
             yield sse(P.error_body(snap.error, "server_error"))
             break
         final = snap.finish_reason is not None
         text = snap.text if final else stable_prefix(snap.text, choices[i].params.stop)
-        if len(text) > shown[i]:
-            yield chunk(choices[i].index, text[shown[i]:])
-            shown[i] = len(text)
+        new_scores = snap.logprobs[scored[i]:] if snap.logprobs is not None else ()
+        if len(text) > shown[i] or new_scores:  # each token's log-probability travels once, with its step's text
+            yield chunk(choices[i].index, text[shown[i]:], logprobs=choices[i].logprobs_of(new_scores))
+            shown[i], scored[i] = len(text), scored[i] + len(new_scores)
         tokens[i] = snap.num_tokens
         if final:
             yield chunk(choices[i].index, "", snap.finish_reason, speculative=snap.spec)
