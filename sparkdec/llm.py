@@ -20,6 +20,7 @@ class RequestOutput:
     rounds: list[dict] | None = None
     # per token when SamplingParams.logprobs is set: (id, log-probability, ((id, log-probability), ...) of the top ones)
     logprobs: list[tuple[int, float, tuple]] | None = None
+    prompt_logprobs: list[tuple[int, float | None, tuple]] | None = None  # SamplingParams.prompt_logprobs
 
 
 def request_stats(seq: Sequence) -> dict:
@@ -35,7 +36,11 @@ def request_stats(seq: Sequence) -> dict:
 
 def to_output(seq: Sequence) -> RequestOutput:
     return RequestOutput(seq.request_id, list(seq.prompt_ids), seq.text, list(seq.output_ids), seq.finish_reason,
-                         request_stats(seq), seq.rounds, list(seq.logprobs) if seq.logprobs is not None else None)
+                         request_stats(seq), seq.rounds, _copy(seq.logprobs), _copy(seq.prompt_logprobs))
+
+
+def _copy(entries: list | None) -> list | None:
+    return list(entries) if entries is not None else None
 
 
 class LLM:

@@ -31,6 +31,7 @@ class SamplingParams:
     # None: no log-probabilities; k >= 0: each output token's log-probability under the target's own distribution
     # (its logits' log-softmax, before temperature, top-k and top-p) and the k most likely tokens' (spec/logprobs.py)
     logprobs: int | None = None
+    prompt_logprobs: int | None = None  # the same for each prompt token after the first (evaluation harnesses)
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -55,9 +56,10 @@ class SamplingParams:
             bad(f"verify_len must be >= 0, got {self.verify_len!r}")
         if self.min_confidence is not None and not (0.0 <= self.min_confidence <= 1.0):
             bad(f"min_confidence must be in [0, 1], got {self.min_confidence!r}")
-        if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS):
-            bad(f"logprobs must be an integer from 0 to {MAX_LOGPROBS} (the top alternatives per token), "
-                f"got {self.logprobs!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(self, name)
+            if k is not None and not (isinstance(k, int) and 0 <= k <= MAX_LOGPROBS):
+                bad(f"{name} must be an integer from 0 to {MAX_LOGPROBS} (the top alternatives per token), got {k!r}")
         if any(not s for s in self.stop):
             bad("stop strings must be non-empty")
 

@@ -42,6 +42,22 @@ def test_logprobs_match_transformers(targets, temperature):
                 assert out.token_ids[k] == ids[0]
 
 
+def test_prompt_logprobs_match_transformers_in_chunks(targets):
+    path = targets["untied_mha"]
+    params = SamplingParams(max_tokens=4, ignore_eos=True, prompt_logprobs=3)
+    whole = LLM(model=str(path), device="cpu").generate(PROMPTS, params)
+    chunked = LLM(model=str(path), device="cpu", max_num_seqs=2, max_batched_tokens=5).generate(PROMPTS, params)
+    for prompt, out, out5 in zip(PROMPTS, whole, chunked):
+        assert out.prompt_logprobs[0] == (prompt[0], None, ()) and out.logprobs is None
+        assert [t for t, _, _ in out.prompt_logprobs] == prompt
+        ref = _reference(path, prompt[:1], prompt[1:])  # rows 0 .. n-2 scoring tokens 1 .. n-1
+        got = torch.tensor([lp for _, lp, _ in out.prompt_logprobs[1:]])
+        torch.testing.assert_close(got, ref.gather(1, torch.tensor(prompt[1:])[:, None])[:, 0], atol=1e-4, rtol=0)
+        top = torch.tensor([[v for _, v in t] for _, _, t in out.prompt_logprobs[1:]])
+        torch.testing.assert_close(top, ref.topk(3, dim=-1).values, atol=1e-4, rtol=0)
+        assert out5.prompt_logprobs == out.prompt_logprobs and out5.token_ids == out.token_ids  # 5-token chunks
+
+
 @pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_speculation_leaves_logprobs_unchanged(temperature):

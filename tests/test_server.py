@@ -333,6 +333,18 @@ def test_logprobs_completions_and_chat_streamed_or_not(server):
              if c.choices and c.choices[0].logprobs]
     assert [e.model_dump() for part in parts for e in part] == [e.model_dump() for e in content]
     assert client.chat.completions.create(**{**ckw, "logprobs": False, "top_logprobs": None}).choices[0].logprobs is None
+    # echo with logprobs (how evaluation harnesses score a text): the prompt's tokens first, the first one unscored
+    ekw = dict(model=MODEL, prompt="def parse(line):\n", max_tokens=1, logprobs=1, echo=True, **GREEDY)
+    echoed = client.completions.create(**ekw).choices[0]
+    n_prompt = client.completions.create(**{**ekw, "echo": False}).usage.prompt_tokens
+    elp = echoed.logprobs
+    assert len(elp.tokens) == n_prompt + 1 and elp.token_logprobs[0] is None and elp.top_logprobs[0] is None
+    assert "".join(elp.tokens[:n_prompt]) == "def parse(line):\n" and echoed.text.startswith("def parse(line):\n")
+    assert all(v < 0 for v in elp.token_logprobs[1:]) and elp.tokens[-1] == lp.tokens[0]
+    assert elp.token_logprobs[-1] == lp.token_logprobs[0]
+    parts = [c.choices[0].logprobs for c in client.completions.create(stream=True, **ekw)
+             if c.choices and c.choices[0].logprobs]
+    assert sum((p.token_logprobs for p in parts), []) == elp.token_logprobs
 
 
 def _error_of(resp: httpx.Response) -> dict:
@@ -353,7 +365,6 @@ def test_bad_inputs_get_status_and_message(server):
         ({**ok, "best_of": 3}, 400, "best_of must equal n"),
         ({**ok, "prompt": ["fine", ""]}, 400, "empty"),
         ({**ok, "logprobs": 21}, 400, "logprobs must be an integer from 0 to 20"),
-        ({**ok, "logprobs": 1, "echo": True}, 400, "drop echo or logprobs"),
         ({**ok, "temperature": -1}, 400, "temperature"),
         ({**ok, "top_p": 0}, 400, "top_p"),
         ({**ok, "max_tokens": 0}, 400, "max_tokens"),

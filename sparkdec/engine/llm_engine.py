@@ -157,7 +157,8 @@ class Engine:
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
                        seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
                        rounds=[] if trace else None, arrival=time.perf_counter(),
-                       logprobs=[] if params.logprobs is not None else None)
+                       logprobs=[] if params.logprobs is not None else None,
+                       prompt_logprobs=[(ids[0], None, ())] if params.prompt_logprobs is not None else None)
         seq.spec.block_size = self.block_size
         self.scheduler.add(seq)
         return seq

@@ -92,6 +92,8 @@ class Sequence:
     # per output token when params.logprobs is set: (its id, its log-probability, ((token id, log-probability), ...)
     # of the params.logprobs most likely tokens), spec/logprobs.py
     logprobs: list[tuple[int, float, tuple]] | None = None
+    # when params.prompt_logprobs is set: the same per prompt token, the first one's (id, None, ()): no row predicts it
+    prompt_logprobs: list[tuple[int, float | None, tuple]] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -87,7 +87,8 @@ def merged_spec(snaps: list[Snapshot]) -> dict | None:
 def response(kind: str, rid: str, model: str, choices: list[Choice], snaps: list[Snapshot]) -> dict:
     """The whole response body of a non-streamed request."""
     make = P.completion_choice if kind == "completions" else P.chat_choice
-    bodies = [make(c.index, c.echo + s.text, s.finish_reason, s.spec, c.logprobs_of(s.logprobs))
+    bodies = [make(c.index, c.echo + s.text, s.finish_reason, s.spec,
+                   c.logprobs_of((s.prompt_logprobs or ()) + s.logprobs if s.logprobs is not None else None))
               for c, s in zip(choices, snaps)]
     use = P.usage(prompt_tokens(choices), sum(s.num_tokens for s in snaps))
     return P.response_body(kind, rid, model, bodies, use, merged_spec(snaps))

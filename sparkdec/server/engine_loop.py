@@ -26,6 +26,7 @@ class Snapshot:
     error: str | None = None
     stats: SpecStats | None = None  # a copy of the request's counters, on the final snapshot (merged across choices)
     logprobs: tuple | None = None  # sequence.logprobs so far, when the request asked for them
+    prompt_logprobs: tuple | None = None  # sequence.prompt_logprobs once the prompt is scored, when asked for
 
 
 @dataclass(eq=False)
@@ -60,6 +61,7 @@ class _Tracked:
     spec: tuple = (0, 0, 0, None)
     tokens: int = 0
     ttft_seen: bool = False
+    prompt_logprobs: tuple | None = None  # copied once, when the prompt has been scored
 
 
 class EngineLoop:
@@ -145,7 +147,9 @@ class EngineLoop:
         if finish is not None:
             spec, stats = {"enabled": self.engine.speculating(seq), **seq.spec.as_dict()}, seq.spec.copy()
         logprobs = tuple(seq.logprobs) if seq.logprobs is not None else None
-        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats, logprobs)
+        if tracked.prompt_logprobs is None and seq.prompt_logprobs is not None and seq.prefill_done:
+            tracked.prompt_logprobs = tuple(seq.prompt_logprobs)
+        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats, logprobs, tracked.prompt_logprobs)
         if self.metrics:
             self._observe(tracked, seq, finish)
         if finish is not None:

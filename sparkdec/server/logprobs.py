@@ -26,7 +26,7 @@ class LogprobFormatter:
         return self._chat(entries) if self.chat else self._completion(entries)
 
     def _chat(self, entries) -> dict:
-        def one(token_id: int, logprob: float) -> dict:
+        def one(token_id: int, logprob: float) -> dict:  # (chat never scores the prompt: no None here)
             return {"token": self.text(token_id), "logprob": max(logprob, FLOOR), "bytes": self.bytes_of(token_id)}
 
         return {"content": [{**one(t, lp), "top_logprobs": [one(i, v) for i, v in top]} for t, lp, top in entries]}
@@ -35,10 +35,13 @@ class LogprobFormatter:
         out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for t, lp, top in entries:
             text = self.text(t)
-            alternatives = {self.text(i): max(v, FLOOR) for i, v in top}
-            alternatives.setdefault(text, max(lp, FLOOR))  # the chosen token is always listed (as vLLM does)
+            alternatives = None
+            if lp is not None:  # None: an echoed prompt's first token, which no row predicts
+                lp = max(lp, FLOOR)
+                alternatives = {self.text(i): max(v, FLOOR) for i, v in top}
+                alternatives.setdefault(text, lp)  # the chosen token is always listed (as vLLM does)
             out["tokens"].append(text)
-            out["token_logprobs"].append(max(lp, FLOOR))
+            out["token_logprobs"].append(lp)
             out["top_logprobs"].append(alternatives)
             out["text_offset"].append(self.offset)
             self.offset += len(text)

@@ -63,11 +63,15 @@ class _Common(BaseModel):
             max_tokens=default_max_tokens if self.max_tokens is None else self.max_tokens,
             seed=self.seed, stop=self.stop, stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos, speculative=self.speculative, verify_len=self.verify_len,
-            min_confidence=self.min_confidence, logprobs=self.logprob_count())
+            min_confidence=self.min_confidence, logprobs=self.logprob_count(),
+            prompt_logprobs=self.prompt_logprob_count())
 
     def logprob_count(self) -> int | None:
         """None: no log-probabilities; k: each output token's and its k most likely alternatives' (the endpoints
         spell it differently)."""
+        return None
+
+    def prompt_logprob_count(self) -> int | None:
         return None
 
     @property
@@ -85,6 +89,10 @@ class CompletionRequest(_Common):
     def logprob_count(self) -> int | None:
         return self.logprobs
 
+    def prompt_logprob_count(self) -> int | None:
+        """echo with logprobs scores the echoed prompt too (its first token has none), as evaluation harnesses ask."""
+        return self.logprobs if self.echo else None
+
     def check_supported(self) -> None:
         super().check_supported()
         if self.best_of not in (None, self.n):
@@ -92,9 +100,6 @@ class CompletionRequest(_Common):
                                param="best_of")
         if self.suffix:
             raise RequestError(400, "suffix is not supported by this server; drop the field", param="suffix")
-        if self.echo and self.logprobs is not None:
-            raise RequestError(400, "echo with logprobs would need the prompt's log-probabilities, which this server "
-                                    "does not compute; drop echo or logprobs", param="logprobs")
 
     def prompts(self) -> list[str | list[int]]:
         """The request's prompts: a string, a list of token ids, or a list of either (one choice set each)."""

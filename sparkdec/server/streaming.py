@@ -60,13 +60,15 @@ async def stream_events(choices: list, rid: str, model: str, kind: str, include_
     for c in choices:
         if chat:
             yield sse(P.chat_chunk(rid, model, {"role": "assistant", "content": ""}, index=c.index))
-        elif c.echo:
-            yield chunk(c.index, c.echo)
     shown, tokens, scored = [0] * len(choices), [0] * len(choices), [0] * len(choices)
+    echoed = [not c.echo for c in choices]
     async for i, snap in snapshots([c.handle for c in choices]):
         if snap.error:
             yield sse(P.error_body(snap.error, "server_error"))
             break
+        if not echoed[i]:  # the prompt, with its log-probabilities when they were asked for
+            echoed[i] = True
+            yield chunk(choices[i].index, choices[i].echo, logprobs=choices[i].logprobs_of(snap.prompt_logprobs))
         final = snap.finish_reason is not None
         text = snap.text if final else stable_prefix(snap.text, choices[i].params.stop)
         new_scores = snap.logprobs[scored[i]:] if snap.logprobs is not None else ()

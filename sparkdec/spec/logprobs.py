@@ -25,7 +25,23 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int) -> list[tu
 def record(seq: Sequence, logits, tokens: list[int]) -> None:
     """Append the log-probabilities of tokens, the sequence's newly committed ones, when it asked for them.
     logits: their rows, a tensor or the runner's LogitRows."""
-    if seq.logprobs is None or not tokens:
-        return
-    rows = logits.tensor() if hasattr(logits, "tensor") else logits
-    seq.logprobs += token_logprobs(rows[:len(tokens)], tokens, seq.params.logprobs)
+    if seq.logprobs is not None and tokens:
+        seq.logprobs += token_logprobs(_tensor(logits)[:len(tokens)], tokens, seq.params.logprobs)
+
+
+def prompt_rows_end(seq: Sequence, a: int, b: int) -> int:
+    """e: the rows of positions a .. e - 1 of prompt chunk [a, b) score a later prompt token (row p predicts token
+    p + 1; the prompt's last row predicts the first output token instead); e = a when none is asked for."""
+    if seq.prompt_logprobs is None:
+        return a
+    return max(a, min(b, len(seq.prompt_ids) - 1))
+
+
+def record_prompt(seq: Sequence, logits, a: int, e: int) -> None:
+    """Append the log-probabilities of prompt tokens a + 1 .. e from the rows of positions a .. e - 1."""
+    if e > a:
+        seq.prompt_logprobs += token_logprobs(_tensor(logits), seq.prompt_ids[a + 1:e + 1], seq.params.prompt_logprobs)
+
+
+def _tensor(logits) -> torch.Tensor:
+    return logits.tensor() if hasattr(logits, "tensor") else logits

@@ -167,10 +167,15 @@ class RoundRunner:
             if drawn:  # row k (position s + k) draws the token at s + k + 1
                 draws += [(seq.params, seq.seed, s + k + 1) for k in range(ell + 1)]
             start += ell + 1
-        prefill_done = []
+        prefill_done, prompt_scored = [], []
         for seq, a, b in batch.prefill:
             pieces.append((seq.block_table, seq.prompt_ids[a:b], list(range(a, b))))
             seq.num_computed = b
+            e = logprobs.prompt_rows_end(seq, a, b)
+            if e > a:  # rows of positions a .. e - 1 (packed rows start ..) score prompt tokens a + 1 .. e
+                prompt_scored.append((seq, len(logit_rows), a, e))
+                logit_rows.extend(range(start, start + e - a))
+                draws += [(GREEDY, 0, 0)] * (e - a) if drawn else []
             if b == len(seq.prompt_ids):
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
@@ -199,6 +204,8 @@ class RoundRunner:
             if i is not None:
                 self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
             touched.append(seq)
+        for seq, r, a, e in prompt_scored:
+            logprobs.record_prompt(seq, logits[r:r + e - a], a, e)
         for seq, r in prefill_done:
             # greedy: the round's readback already holds the argmax (no extra device read)
             token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
