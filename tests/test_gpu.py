@@ -676,6 +676,25 @@ def test_lookahead_equals_ordinary_rounds_with_graphs(target):
     assert [o.token_ids for o in ahead] == [o.token_ids for o in plain]
 
 
+@pytest.mark.parametrize("speculative", [True, False])
+def test_preempted_requests_keep_their_tokens_with_graphs(speculative):
+    """A KV cache too small for every request's whole life preempts the newest (engine/scheduler.py): they
+    recompute their prompt with the prefill kernel and their generated rows with the split kernel, as they were
+    first computed, so greedy and sampled tokens equal a large cache's, bit for bit (tiny pair, bf16, graphs)."""
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n",
+               "The standard library provides", "for key, value in items:\n", "This module defines functions for"]
+    params = [SamplingParams(max_tokens=160, ignore_eos=True, temperature=0.8 * (i % 2), seed=i, logprobs=1)
+              for i in range(len(prompts))]
+    outs, preemptions = [], []
+    for small in (False, True):
+        llm = LLM(device="cuda", dtype="bfloat16", speculative=speculative,
+                  **(dict(kv_cache_tokens=30 * 16, page_size=16) if small else {}))
+        outs.append([(o.token_ids, o.logprobs) for o in llm.generate(prompts, params)])
+        preemptions.append(llm.engine.scheduler.num_preemptions)
+    assert preemptions[0] == 0 and preemptions[1] > 0
+    assert outs[0] == outs[1]
+
+
 @pytest.mark.parametrize("device_draws", [True, False])
 def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, monkeypatch):
     """Greedy speculative rounds with the next propose staged on the device and queued before the readback

@@ -174,11 +174,15 @@ class Engine:
     def step(self) -> list[Sequence]:
         """Run one round over the current batch; returns the sequences that changed."""
         t0 = time.perf_counter()
-        batch = self.scheduler.schedule(rows_per_decode=self.block_size + 1)
-        if batch.empty:
-            return []
+        ahead = self.lookahead
+        if ahead is not None and ahead.pending is not None and self.scheduler.pages_short():
+            batch = None  # the step queued ahead ends before the scheduler takes any sequence's pages back
+        else:
+            batch = self.scheduler.schedule(rows_per_decode=self.block_size + 1)
+            if batch.empty:
+                return []
         t1 = time.perf_counter()
-        touched = self._round(batch)
+        touched = self._round(batch) if batch is not None else ahead.drain()
         t2 = time.perf_counter()
         for seq in touched:
             if seq.finish_reason is not None:

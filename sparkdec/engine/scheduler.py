@@ -1,4 +1,5 @@
-"""Scheduler: admits waiting requests while pages last, splits prompts into chunks, picks each step's batch."""
+"""Scheduler: admits waiting requests while pages last, grows their pages as they decode (preempting the newest
+when pages run out), splits prompts into chunks, picks each step's batch."""
 from __future__ import annotations
 
 from collections import deque
@@ -26,12 +27,18 @@ class Scheduler:
         self.max_batched_tokens = max_batched_tokens
         self.headroom = headroom  # positions a round may write past the last committed token (drafter block)
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # in admission order: the newest is preempted first
+        self.watermark = max(1, blocks.num_pages // 100)  # pages admission leaves free for growth
+        self.num_preemptions = 0
 
     def lifetime_positions(self, seq: Sequence) -> int:
-        # NOTE: pages for a request's whole life are reserved at admission, so a running request never
-        # waits for memory and nothing is ever preempted.
+        """The most positions a request may ever write: its whole life (prompt + max_tokens, the window)."""
         return min(len(seq.prompt_ids) + seq.params.max_tokens, seq.max_model_len) + self.headroom
+
+    def next_positions(self, seq: Sequence) -> int:
+        """The positions the next two rounds may write: a round verifies up to headroom rows past the anchor, and
+        a greedy round queues the next propose (a block past its accepted tokens) before the host reads it back."""
+        return min(seq.num_tokens + 2 * self.headroom, self.lifetime_positions(seq))
 
     def add(self, seq: Sequence) -> None:
         need = self.blocks.pages_for(self.lifetime_positions(seq))
@@ -45,23 +52,57 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _admit(self) -> None:
+        """Admit from the front of the queue (preempted sequences are put back there) while a batch slot and the
+        pages of the sequence's next rounds are free, leaving the watermark free for the running ones to grow."""
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            if not self.blocks.can_reserve(seq.block_table, self.lifetime_positions(seq)):
+            need = self.blocks.pages_for(self.next_positions(seq)) - len(seq.block_table)
+            if need + (self.watermark if self.running else 0) > self.blocks.num_free:
                 break
-            self.blocks.reserve(seq.block_table, self.lifetime_positions(seq))
+            self.blocks.reserve(seq.block_table, self.next_positions(seq))
             self.waiting.popleft()
             seq.status = Status.RUNNING
             self.running.append(seq)
 
+    def pages_short(self) -> bool:
+        """Would the next schedule preempt? (The engine first finishes a step it queued ahead.)"""
+        need = sum(max(self.blocks.pages_for(self.next_positions(s)) - len(s.block_table), 0)
+                   for s in self.running if s.prefill_done)
+        return need > self.blocks.num_free
+
+    def _grow(self) -> None:
+        """Give every decoding sequence the pages its next rounds may write, oldest first. When pages run out, the
+        newest running sequence gives its pages back and waits at the front of the queue; when admitted again it
+        recomputes its context (prompt and output so far) and goes on where it stopped."""
+        for seq in list(self.running):
+            if seq.status is not Status.RUNNING or not seq.prefill_done:
+                continue
+            need = self.next_positions(seq)
+            while not self.blocks.can_reserve(seq.block_table, need) and self._preempt(self.running[-1]) is not seq:
+                pass
+            if seq.status is Status.RUNNING:
+                self.blocks.reserve(seq.block_table, need)
+
+    def _preempt(self, seq: Sequence) -> Sequence:
+        self.blocks.release(seq.block_table)
+        self.running.remove(seq)
+        seq.status, seq.num_computed = Status.WAITING, 0
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        return seq
+
     def schedule(self, rows_per_decode: int) -> Batch:
+        self._grow()
         self._admit()
         batch = Batch(decode=[s for s in self.running if s.prefill_done])
         budget = self.max_batched_tokens - rows_per_decode * len(batch.decode)
         for seq in self.running:
             if seq.prefill_done or budget <= 0:
                 continue
-            stop = min(len(seq.prompt_ids), seq.num_computed + budget)
+            # a recomputed context is chunked at the prompt's end: prompt rows and generated rows run apart
+            end = len(seq.prompt_ids) if seq.num_computed < len(seq.prompt_ids) else seq.context_len
+            stop = min(end, seq.num_computed + budget)
             batch.prefill.append((seq, seq.num_computed, stop))
             budget -= stop - seq.num_computed
         return batch

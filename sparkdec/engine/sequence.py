@@ -94,14 +94,28 @@ class Sequence:
     logprobs: list[tuple[int, float, tuple]] | None = None
     # when params.prompt_logprobs is set: the same per prompt token, the first one's (id, None, ()): no row predicts it
     prompt_logprobs: list[tuple[int, float | None, tuple]] | None = None
+    preemptions: int = 0  # times the scheduler took this sequence's pages back (engine/scheduler.py)
 
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
     @property
+    def context_len(self) -> int:
+        """Positions a prefill computes: the prompt; after a preemption, every token but the anchor (the next
+        round's first row)."""
+        return self.num_tokens - 1 if self.output_ids else len(self.prompt_ids)
+
+    @property
     def prefill_done(self) -> bool:
-        return self.num_computed >= len(self.prompt_ids)
+        return self.num_computed >= self.context_len
+
+    def tokens(self, a: int, b: int) -> list[int]:
+        """Token ids at positions a .. b - 1 (prompt, then output)."""
+        n = len(self.prompt_ids)
+        if b <= n:
+            return self.prompt_ids[a:b]
+        return self.prompt_ids[a:n] + self.output_ids[max(a - n, 0):b - n]
 
     @property
     def anchor(self) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 PREFIX = "sparkdec:"
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
@@ -40,6 +41,7 @@ class Metrics:
               registry=r).set_function(lambda: len(sched.running))
         Gauge(PREFIX + "num_requests_waiting", "Requests waiting for a batch slot or KV pages.",
               registry=r).set_function(lambda: len(sched.waiting))
+        r.register(_SchedulerCounters(sched))
         for j in range(engine.block_size):  # every position shows up from the start, at 0
             self.accepted_per_pos.labels(position=str(j))
 
@@ -60,3 +62,14 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _SchedulerCounters:
+    """Counters the scheduler keeps itself, read at scrape time."""
+
+    def __init__(self, sched):
+        self.sched = sched
+
+    def collect(self):
+        yield CounterMetricFamily(PREFIX + "num_preemptions", "Requests that gave their KV pages back to running "
+                                  "ones and recomputed their context later.", value=self.sched.num_preemptions)

@@ -29,18 +29,21 @@ def record(seq: Sequence, logits, tokens: list[int]) -> None:
         seq.logprobs += token_logprobs(_tensor(logits)[:len(tokens)], tokens, seq.params.logprobs)
 
 
-def prompt_rows_end(seq: Sequence, a: int, b: int) -> int:
-    """e: the rows of positions a .. e - 1 of prompt chunk [a, b) score a later prompt token (row p predicts token
-    p + 1; the prompt's last row predicts the first output token instead); e = a when none is asked for."""
+def prompt_rows(seq: Sequence, a: int, b: int) -> tuple[int, int]:
+    """(lo, hi): the rows of positions lo .. hi - 1 of prompt chunk [a, b) score prompt tokens lo + 1 .. hi (row p
+    predicts token p + 1; the prompt's last row predicts the first output token instead): those not scored yet (a
+    prompt recomputed after a preemption is not scored twice); lo = hi when none are asked for."""
     if seq.prompt_logprobs is None:
-        return a
-    return max(a, min(b, len(seq.prompt_ids) - 1))
+        return a, a
+    lo = max(a, len(seq.prompt_logprobs) - 1)
+    return lo, max(lo, min(b, len(seq.prompt_ids) - 1))
 
 
-def record_prompt(seq: Sequence, logits, a: int, e: int) -> None:
-    """Append the log-probabilities of prompt tokens a + 1 .. e from the rows of positions a .. e - 1."""
-    if e > a:
-        seq.prompt_logprobs += token_logprobs(_tensor(logits), seq.prompt_ids[a + 1:e + 1], seq.params.prompt_logprobs)
+def record_prompt(seq: Sequence, logits, lo: int, hi: int) -> None:
+    """Append the log-probabilities of prompt tokens lo + 1 .. hi from the rows of positions lo .. hi - 1."""
+    if hi > lo:
+        seq.prompt_logprobs += token_logprobs(_tensor(logits), seq.prompt_ids[lo + 1:hi + 1],
+                                              seq.params.prompt_logprobs)
 
 
 def _tensor(logits) -> torch.Tensor:

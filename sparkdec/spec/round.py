@@ -167,16 +167,23 @@ class RoundRunner:
             if drawn:  # row k (position s + k) draws the token at s + k + 1
                 draws += [(seq.params, seq.seed, s + k + 1) for k in range(ell + 1)]
             start += ell + 1
+        # a preempted sequence's generated rows, recomputed: placed with the decode rows (the attention they had)
+        regenerated = [(seq, a, b) for seq, a, b in batch.prefill if a >= len(seq.prompt_ids)]
+        prompts = [(seq, a, b) for seq, a, b in batch.prefill if a < len(seq.prompt_ids)]
+        for seq, a, b in regenerated:
+            pieces.append((seq.block_table, seq.tokens(a, b), list(range(a, b))))
+            seq.num_computed = b
+            start += b - a
         prefill_done, prompt_scored = [], []
-        for seq, a, b in batch.prefill:
+        for seq, a, b in prompts:
             pieces.append((seq.block_table, seq.prompt_ids[a:b], list(range(a, b))))
             seq.num_computed = b
-            e = logprobs.prompt_rows_end(seq, a, b)
-            if e > a:  # rows of positions a .. e - 1 (packed rows start ..) score prompt tokens a + 1 .. e
-                prompt_scored.append((seq, len(logit_rows), a, e))
-                logit_rows.extend(range(start, start + e - a))
-                draws += [(GREEDY, 0, 0)] * (e - a) if drawn else []
-            if b == len(seq.prompt_ids):
+            lo, hi = logprobs.prompt_rows(seq, a, b)
+            if hi > lo:  # rows of positions lo .. hi - 1 (packed from start + lo - a) score prompt tokens lo + 1 .. hi
+                prompt_scored.append((seq, len(logit_rows), lo, hi))
+                logit_rows.extend(range(start + lo - a, start + hi - a))
+                draws += [(GREEDY, 0, 0)] * (hi - lo) if drawn else []
+            if b == len(seq.prompt_ids) and not seq.output_ids:  # (a recomputed prompt has its first token)
                 prefill_done.append((seq, len(logit_rows)))
                 logit_rows.append(start + b - a - 1)
                 draws += [(GREEDY, 0, 0)] if drawn else []  # its first token is drawn below, as ever
@@ -184,7 +191,7 @@ class RoundRunner:
         fill = (fill_rows, drafts_dev.reshape(-1), fill_src) if spec else None
         readback = (drafts_dev, conf_dev) if spec else ()
         # NOTE: the one device->host read of the round: verify argmax, drafts and confidences together
-        prompt_from = len(dec) if batch.prefill and context.PREFILL_KERNEL else None  # the first prompt piece
+        prompt_from = len(dec) + len(regenerated) if prompts and context.PREFILL_KERNEL else None  # 1st prompt piece
         mark = events[2].record if events else None
         ahead = self._propose_ahead(spec, spans, drafts_dev) if self._chains(dec, spec) else None
         logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
@@ -204,8 +211,8 @@ class RoundRunner:
             if i is not None:
                 self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
             touched.append(seq)
-        for seq, r, a, e in prompt_scored:
-            logprobs.record_prompt(seq, logits[r:r + e - a], a, e)
+        for seq, r, lo, hi in prompt_scored:
+            logprobs.record_prompt(seq, logits[r:r + hi - lo], lo, hi)
         for seq, r in prefill_done:
             # greedy: the round's readback already holds the argmax (no extra device read)
             token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
