@@ -676,6 +676,18 @@ def test_lookahead_equals_ordinary_rounds_with_graphs(target):
     assert [o.token_ids for o in ahead] == [o.token_ids for o in plain]
 
 
+def test_bf16_logprobs_equal_with_speculation_on_and_off():
+    """Output and prompt log-probabilities (spec/logprobs.py) from verify rows equal plain decoding's rows, bit for
+    bit, greedy and sampled (tiny pair, bf16, graphs)."""
+    prompts = ["def parse(line):\n", "import os\nimport sys\n"]
+    params = [SamplingParams(max_tokens=120, ignore_eos=True, logprobs=3, prompt_logprobs=2),
+              SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, seed=5, logprobs=3)]
+    runs = [[(o.token_ids, o.logprobs, o.prompt_logprobs) for o in
+             LLM(device="cuda", dtype="bfloat16", speculative=spec).generate(prompts, params)] for spec in (True, False)]
+    assert runs[0] == runs[1]
+    assert all(len(lp) == 120 for _, lp, _ in runs[0])
+
+
 @pytest.mark.parametrize("speculative", [True, False])
 def test_preempted_requests_keep_their_tokens_with_graphs(speculative):
     """A KV cache too small for every request's whole life preempts the newest (engine/scheduler.py): they
