@@ -64,18 +64,26 @@ class Scheduler:
             seq.status = Status.RUNNING
             self.running.append(seq)
 
+    def _pages_wanted(self, seq: Sequence) -> int:
+        """Pages seq lacks for its next rounds: none in most steps (the first test), as tables grow a page at a time."""
+        if seq.num_tokens + 2 * self.headroom <= len(seq.block_table) * self.blocks.page_size:
+            return 0
+        return max(self.blocks.pages_for(self.next_positions(seq)) - len(seq.block_table), 0)
+
     def pages_short(self) -> bool:
         """Would the next schedule preempt? (The engine first finishes a step it queued ahead.)"""
-        need = sum(max(self.blocks.pages_for(self.next_positions(s)) - len(s.block_table), 0)
-                   for s in self.running if s.prefill_done)
+        need = sum(self._pages_wanted(s) for s in self.running if s.prefill_done)
         return need > self.blocks.num_free
 
     def _grow(self) -> None:
         """Give every decoding sequence the pages its next rounds may write, oldest first. When pages run out, the
         newest running sequence gives its pages back and waits at the front of the queue; when admitted again it
         recomputes its context (prompt and output so far) and goes on where it stopped."""
+        covered = 2 * self.headroom, self.blocks.page_size
         for seq in list(self.running):
-            if seq.status is not Status.RUNNING or not seq.prefill_done:
+            if seq.num_tokens + covered[0] <= len(seq.block_table) * covered[1]:
+                continue  # most steps (tables grow a page at a time): the one test made
+            if seq.status is not Status.RUNNING or not seq.prefill_done or not self._pages_wanted(seq):
                 continue
             need = self.next_positions(seq)
             while not self.blocks.can_reserve(seq.block_table, need) and self._preempt(self.running[-1]) is not seq:
@@ -95,11 +103,14 @@ class Scheduler:
     def schedule(self, rows_per_decode: int) -> Batch:
         self._grow()
         self._admit()
-        batch = Batch(decode=[s for s in self.running if s.prefill_done])
-        budget = self.max_batched_tokens - rows_per_decode * len(batch.decode)
+        batch = Batch()
+        prefilling = []
         for seq in self.running:
-            if seq.prefill_done or budget <= 0:
-                continue
+            (batch.decode if seq.prefill_done else prefilling).append(seq)
+        budget = self.max_batched_tokens - rows_per_decode * len(batch.decode)
+        for seq in prefilling:
+            if budget <= 0:
+                break
             # a recomputed context is chunked at the prompt's end: prompt rows and generated rows run apart
             end = len(seq.prompt_ids) if seq.num_computed < len(seq.prompt_ids) else seq.context_len
             stop = min(end, seq.num_computed + budget)

@@ -107,8 +107,9 @@ class Sequence:
         return self.num_tokens - 1 if self.output_ids else len(self.prompt_ids)
 
     @property
-    def prefill_done(self) -> bool:
-        return self.num_computed >= self.context_len
+    def prefill_done(self) -> bool:  # (context_len inlined: the scheduler asks it of every sequence every step)
+        out = len(self.output_ids)
+        return self.num_computed >= (len(self.prompt_ids) + out - 1 if out else len(self.prompt_ids))
 
     def tokens(self, a: int, b: int) -> list[int]:
         """Token ids at positions a .. b - 1 (prompt, then output)."""

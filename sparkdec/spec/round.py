@@ -206,7 +206,8 @@ class RoundRunner:
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i)
             s = seq.anchor_position
             committed = commit_tokens(seq, tokens, self.decode)
-            logprobs.record(seq, logits[r0:r0 + committed], tokens[:committed])
+            if seq.logprobs is not None:
+                logprobs.record(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
                 self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
@@ -218,7 +219,8 @@ class RoundRunner:
             token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
                                                                      len(seq.prompt_ids))
             commit_tokens(seq, [token], self.decode)
-            logprobs.record(seq, logits[r:r + 1], [token])
+            if seq.logprobs is not None:
+                logprobs.record(seq, logits[r:r + 1], [token])
             seq.first_token_time = time.perf_counter()
             touched.append(seq)
         t3 = time.perf_counter()
