@@ -47,8 +47,9 @@
 # Session 39 ran 25 and 1 (all 53 GPU tests passed; the bench: 78.9%; kernels_*_session39.json) and 57 (more one-row
 # launch timings: slower; the combine at 2 warps: 4 rows -1.1%; one_row_more_ab_*_session39.json). Next: 58 (the
 # combine at 2 warps: its A/B at 1k/8k, its bits tests, the bench), then ship it if it holds.
-# Session 40 had no device (none lent): it added KV pages on demand with preemption and log-probabilities; their GPU
-# tests (bf16, graphs) are staged as 59 and are part of the suite's halves (1 and 25). Next: 59, then 58.
+# Session 40 had no device (none lent): it added KV pages on demand with preemption, log-probabilities and a prefix
+# cache; their GPU tests (bf16, graphs) are staged as 59 and are part of the suite's halves (1 and 25). Next: 59,
+# then 58.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -309,7 +310,7 @@ sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cachepro
 from sparkdec.cli import main; main(['bench', 'kernels', '--shapes', 'qwen3-4b', '--contexts', '1024', '--out',
  '$OUT/kernels_comb_w2.json'])" 2>&1 | grep "^qwen3"
 elif [ "$1" = 59 ]; then  # (session 40) the server features' GPU tests: preemption and logprobs with graphs in bf16
-  timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "preempted or logprobs" 2>&1 \
+  timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "preempted or logprobs or prefix_cache" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED" | head -12
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \

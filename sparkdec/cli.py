@@ -18,6 +18,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-tokens", type=int, help="KV cache capacity in tokens")
     p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--no-prefix-caching", action="store_true",
+                   help="compute every prompt in full (by default a prompt's full pages stay cached for later prompts)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     p.add_argument("--verify-len", type=int, help="verify a fixed number of drafts per round")
     p.add_argument("--min-confidence", type=float, help="verify drafts up to the first confidence below P")
@@ -33,7 +35,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
                 kv_cache_tokens=args.kv_cache_tokens, max_num_seqs=args.max_num_seqs, verify_len=args.verify_len,
                 min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept,
-                speculative=not args.no_spec, threads=args.threads)
+                speculative=not args.no_spec, threads=args.threads, prefix_caching=not args.no_prefix_caching)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -688,6 +688,20 @@ def test_bf16_logprobs_equal_with_speculation_on_and_off():
     assert all(len(lp) == 120 for _, lp, _ in runs[0])
 
 
+def test_prefix_cache_gives_the_cold_cache_tokens_with_graphs():
+    """Prompts that begin with cached prompt pages (engine/prefix_cache.py) start their prefill after them and emit
+    the tokens a cold cache gives, bit for bit: prompt rows do not depend on chunking (tiny pair, bf16, graphs)."""
+    system = "You are a careful Python programmer. Answer with code only, no prose, and keep names short.\n" * 3
+    prompts = [system + q for q in ("def parse(line):\n", "import os\n", "class Config:\n", "def parse(line):\n")]
+    params = SamplingParams(max_tokens=100, ignore_eos=True)
+    runs = []
+    for caching in (False, True):
+        llm = LLM(device="cuda", dtype="bfloat16", prefix_caching=caching)
+        runs.append([(o.token_ids, o.stats["rounds"]) for p in prompts for o in llm.generate([p], params)])
+        assert (llm.engine.scheduler.prefix_hits > 0) == caching
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.parametrize("speculative", [True, False])
 def test_preempted_requests_keep_their_tokens_with_graphs(speculative):
     """A KV cache too small for every request's whole life preempts the newest (engine/scheduler.py): they

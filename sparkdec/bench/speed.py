@@ -36,7 +36,8 @@ def load_prompts(path: str | None) -> list[dict]:
 def run_leg(engine_kwargs: dict, prompts: list[dict], params: SamplingParams, concurrency: int, spec: bool) -> dict:
     from sparkdec import LLM
 
-    llm = LLM(**{**engine_kwargs, "max_num_seqs": concurrency, "speculative": spec})
+    # (no prefix cache: every leg computes its prompts, as the earlier results did)
+    llm = LLM(**{**engine_kwargs, "max_num_seqs": concurrency, "speculative": spec, "prefix_caching": False})
     llm.generate([prompts[0]["prompt"]], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
     t = time.perf_counter()
     outs = llm.generate([p["prompt"] for p in prompts], params)

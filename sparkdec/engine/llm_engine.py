@@ -47,6 +47,9 @@ class EngineConfig:
     # plain decoding queues step k+1 before reading step k (engine/lookahead.py); greedy speculative rounds
     # queue the next propose before reading the round back (spec/chain.py)
     lookahead: bool = True
+    # a prompt's full pages stay cached after its request (engine/prefix_cache.py): a later prompt that begins with
+    # them starts its prefill after them, with the bits it would have computed (prompt rows only are shared)
+    prefix_caching: bool = True
     threads: int | None = None  # CPU threads for torch (None: torch's default)
 
 
@@ -96,7 +99,7 @@ class Engine:
             if cfg.cuda_graphs:
                 self.runner.enable_graphs(cfg.max_num_seqs)
         self.scheduler = Scheduler(self.blocks, cfg.max_num_seqs, max(cfg.max_batched_tokens, (gamma + 1) * cfg.max_num_seqs),
-                                   headroom=gamma + 1)
+                                   headroom=gamma + 1, prefix_caching=cfg.prefix_caching)
         decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
         self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode,
                                   ahead=cfg.lookahead)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from sparkdec.engine import prefix_cache
 from sparkdec.engine.kv_cache import BlockManager
 from sparkdec.engine.sequence import Sequence, Status
 from sparkdec.errors import CapacityError
@@ -21,7 +22,8 @@ class Batch:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_batched_tokens: int, headroom: int):
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_batched_tokens: int, headroom: int,
+                 prefix_caching: bool = False):
         self.blocks = blocks
         self.max_num_seqs = max_num_seqs
         self.max_batched_tokens = max_batched_tokens
@@ -30,6 +32,8 @@ class Scheduler:
         self.running: list[Sequence] = []  # in admission order: the newest is preempted first
         self.watermark = max(1, blocks.num_pages // 100)  # pages admission leaves free for growth
         self.num_preemptions = 0
+        self.prefix_caching = prefix_caching  # engine/prefix_cache.py
+        self.prefix_queries = self.prefix_hits = 0  # prompt tokens looked up at admission, and found cached
 
     def lifetime_positions(self, seq: Sequence) -> int:
         """The most positions a request may ever write: its whole life (prompt + max_tokens, the window)."""
@@ -56,9 +60,17 @@ class Scheduler:
         pages of the sequence's next rounds are free, leaving the watermark free for the running ones to grow."""
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            need = self.blocks.pages_for(self.next_positions(seq)) - len(seq.block_table)
+            hit = self.blocks.cached_pages(prefix_cache.reusable_keys(seq, self.blocks.page_size)) \
+                if self.prefix_caching else []
+            taken = sum(1 for p in hit if self.blocks.refs[p] == 0)  # cached pages no table held: out of num_free
+            need = self.blocks.pages_for(self.next_positions(seq)) - len(hit) + taken
             if need + (self.watermark if self.running else 0) > self.blocks.num_free:
                 break
+            if self.prefix_caching:  # (a preempted request looks its prompt up again)
+                self.prefix_queries += len(seq.prompt_ids)
+                self.prefix_hits += len(hit) * self.blocks.page_size
+            self.blocks.share(seq.block_table, hit)  # its prefill starts after them
+            seq.registered_pages, seq.num_computed = len(hit), len(hit) * self.blocks.page_size
             self.blocks.reserve(seq.block_table, self.next_positions(seq))
             self.waiting.popleft()
             seq.status = Status.RUNNING
@@ -91,16 +103,30 @@ class Scheduler:
             if seq.status is Status.RUNNING:
                 self.blocks.reserve(seq.block_table, need)
 
+    def _register(self, seq: Sequence) -> None:
+        """Register the sequence's newly computed full prompt pages in the prefix cache."""
+        done = prefix_cache.computed_prompt_pages(seq, self.blocks.page_size) if self.prefix_caching else 0
+        if done > seq.registered_pages:
+            keys = prefix_cache.page_keys(seq, self.blocks.page_size)
+            for i in range(seq.registered_pages, done):
+                self.blocks.register(seq.block_table[i], keys[i])
+            seq.registered_pages = done
+
     def _preempt(self, seq: Sequence) -> Sequence:
+        self._register(seq)
         self.blocks.release(seq.block_table)
         self.running.remove(seq)
-        seq.status, seq.num_computed = Status.WAITING, 0
+        seq.status, seq.num_computed, seq.registered_pages = Status.WAITING, 0, 0
         seq.preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
         return seq
 
     def schedule(self, rows_per_decode: int) -> Batch:
+        if self.prefix_caching:
+            for seq in self.running:
+                if seq.registered_pages < len(seq.prompt_ids) // self.blocks.page_size:  # (some not registered yet)
+                    self._register(seq)
         self._grow()
         self._admit()
         batch = Batch()
@@ -120,6 +146,7 @@ class Scheduler:
 
     def finish(self, seq: Sequence) -> None:
         seq.status = Status.FINISHED
+        self._register(seq)
         self.blocks.release(seq.block_table)
         if seq in self.running:
             self.running.remove(seq)

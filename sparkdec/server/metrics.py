@@ -73,3 +73,7 @@ class _SchedulerCounters:
     def collect(self):
         yield CounterMetricFamily(PREFIX + "num_preemptions", "Requests that gave their KV pages back to running "
                                   "ones and recomputed their context later.", value=self.sched.num_preemptions)
+        yield CounterMetricFamily(PREFIX + "prefix_cache_queries", "Prompt tokens looked up in the prefix cache at "
+                                  "admission.", value=self.sched.prefix_queries)
+        yield CounterMetricFamily(PREFIX + "prefix_cache_hits", "Prompt tokens found in the prefix cache (their "
+                                  "prefill skipped).", value=self.sched.prefix_hits)
