@@ -91,10 +91,10 @@ class Scheduler:
         """Give every decoding sequence the pages its next rounds may write, oldest first. When pages run out, the
         newest running sequence gives its pages back and waits at the front of the queue; when admitted again it
         recomputes its context (prompt and output so far) and goes on where it stopped."""
-        covered = 2 * self.headroom, self.blocks.page_size
+        reach, page = 2 * self.headroom, self.blocks.page_size
         for seq in list(self.running):
-            if seq.num_tokens + covered[0] <= len(seq.block_table) * covered[1]:
-                continue  # most steps (tables grow a page at a time): the one test made
+            if seq.num_tokens + reach <= len(seq.block_table) * page:
+                continue  # most steps: the table covers the next rounds (tables grow a page at a time)
             if seq.status is not Status.RUNNING or not seq.prefill_done or not self._pages_wanted(seq):
                 continue
             need = self.next_positions(seq)
