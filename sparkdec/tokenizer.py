@@ -55,7 +55,10 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None,
+                            switches: dict | None = None) -> str:
+        """The prompt text of a chat. tools: OpenAI tool definitions, for templates that render them; switches: the
+        template's own variables (Qwen3's enable_thinking), which cannot replace the arguments above."""
         if not self.chat_template:
             raise CheckpointError("this checkpoint's tokenizer_config.json has no chat_template; "
                                   "send a plain prompt instead of chat messages")
@@ -64,8 +67,9 @@ class Tokenizer:
         env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         return env.from_string(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.config.get("bos_token") or "", eos_token=self.config.get("eos_token") or "")
+            **{**(switches or {}), "messages": messages, "add_generation_prompt": add_generation_prompt,
+               "tools": tools, "bos_token": self.config.get("bos_token") or "",
+               "eos_token": self.config.get("eos_token") or ""})
 
 
 def _byte_level_alphabet() -> dict[str, int]:

@@ -385,6 +385,17 @@ def test_bad_inputs_get_status_and_message(server):
     chat = httpx.post(server.url + "/v1/chat/completions", timeout=30,
                       json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
     assert chat.status_code == 400 and "needs logprobs: true" in _error_of(chat)["message"]
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    chat = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [weather], "tool_choice": "required"})
+    assert chat.status_code == 400 and "tool_choice" in _error_of(chat)["message"]
+    # tools, tool messages and template switches are accepted (this template ignores them)
+    chat = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "model": MODEL, "max_tokens": 3, "tools": [weather], "chat_template_kwargs": {"enable_thinking": False},
+        "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]})
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["role"] == "assistant"
     # the official client maps them to its exception types
     client = server.client()
     with pytest.raises(openai.NotFoundError):

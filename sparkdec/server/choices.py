@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from sparkdec.engine.sequence import SpecStats
 from sparkdec.sampling import SamplingParams
 from sparkdec.server import protocol as P
+from sparkdec.server import tools
 from sparkdec.server.engine_loop import EngineLoop, RequestHandle, Snapshot
 from sparkdec.server.logprobs import LogprobFormatter
 
@@ -21,6 +22,7 @@ class Choice:
     echo: str = ""  # text shown before the completion (completions `echo`: the prompt)
     handle: RequestHandle | None = None
     logprobs: LogprobFormatter | None = None  # when the request asked for log-probabilities
+    tools: bool = False  # chat with tools offered: `<tool_call>` blocks come back as tool_calls (server/tools.py)
 
     def logprobs_of(self, entries) -> dict | None:
         return self.logprobs.format(entries) if self.logprobs is not None and entries is not None else None
@@ -39,7 +41,8 @@ def plan(engine, body, prompts: list, kind: str, rid: str) -> list[Choice]:
             index = p * body.n + i
             seeded = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
             formatter = LogprobFormatter(engine.tokenizer, kind == "chat") if params.logprobs is not None else None
-            out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo, logprobs=formatter))
+            out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo, logprobs=formatter,
+                              tools=getattr(body, "calls_tools", False)))
     return out
 
 
@@ -50,6 +53,15 @@ def _echo_text(engine, prompt) -> str:
         raise P.RequestError(400, "echo of a token-id prompt needs the model's tokenizer.json, which this model "
                                   "lacks; drop echo or send the prompt as text", param="echo")
     return engine.tokenizer.decode(prompt, skip_special_tokens=False)
+
+
+def chat_message(c: Choice, text: str) -> tuple[dict, list[dict]]:
+    """-> (the assistant message of a finished chat choice, its tool calls)."""
+    content, calls = tools.parse(text) if c.tools else (text, [])
+    message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return message, calls
 
 
 def prompt_tokens(choices: list[Choice]) -> int:
@@ -86,9 +98,14 @@ def merged_spec(snaps: list[Snapshot]) -> dict | None:
 
 def response(kind: str, rid: str, model: str, choices: list[Choice], snaps: list[Snapshot]) -> dict:
     """The whole response body of a non-streamed request."""
-    make = P.completion_choice if kind == "completions" else P.chat_choice
-    bodies = [make(c.index, c.echo + s.text, s.finish_reason, s.spec,
-                   c.logprobs_of((s.prompt_logprobs or ()) + s.logprobs if s.logprobs is not None else None))
-              for c, s in zip(choices, snaps)]
+    bodies = []
+    for c, s in zip(choices, snaps):
+        scores = c.logprobs_of((s.prompt_logprobs or ()) + s.logprobs if s.logprobs is not None else None)
+        if kind == "completions":
+            bodies.append(P.completion_choice(c.index, c.echo + s.text, s.finish_reason, s.spec, scores))
+        else:
+            message, calls = chat_message(c, s.text)
+            finish = "tool_calls" if calls and s.finish_reason == "stop" else s.finish_reason
+            bodies.append(P.chat_choice(c.index, message, finish, s.spec, scores))
     use = P.usage(prompt_tokens(choices), sum(s.num_tokens for s in snaps))
     return P.response_body(kind, rid, model, bodies, use, merged_spec(snaps))

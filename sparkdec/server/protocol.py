@@ -134,11 +134,22 @@ class ChatCompletionRequest(_Common):
     add_generation_prompt: bool = True
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    chat_template_kwargs: dict | None = None  # the template's own switches, e.g. {"enable_thinking": false}
 
     def check_supported(self) -> None:
         super().check_supported()
         if self.top_logprobs is not None and not self.logprobs:
             raise RequestError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        if self.tool_choice not in (None, "auto", "none"):
+            raise RequestError(400, "tool_choice must be \"auto\" or \"none\": this server does not force calls; "
+                                    "describe the call you need in the messages instead", param="tool_choice")
+
+    @property
+    def calls_tools(self) -> bool:
+        """Are `<tool_call>` blocks in the output returned as tool_calls?"""
+        return bool(self.tools) and self.tool_choice != "none"
 
     def logprob_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
@@ -148,8 +159,10 @@ class ChatCompletionRequest(_Common):
             self.max_tokens = self.max_completion_tokens
         return super().sampling_params(default_max_tokens)
 
-    def plain_messages(self) -> list[dict]:
-        return [{"role": m.role, "content": m.text()} for m in self.messages]
+    def template_messages(self) -> list[dict]:
+        """The messages as the chat template reads them: text content, and the other fields (tool_calls,
+        tool_call_id, name) as sent."""
+        return [{**m.model_dump(exclude_none=True, exclude={"content"}), "content": m.text()} for m in self.messages]
 
 
 def new_id(prefix: str) -> str:
@@ -165,9 +178,8 @@ def completion_choice(index: int, text: str, finish: str | None, spec: dict | No
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish, "speculative": spec}
 
 
-def chat_choice(index: int, text: str, finish: str | None, spec: dict | None, logprobs: dict | None) -> dict:
-    return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-            "finish_reason": finish, "speculative": spec}
+def chat_choice(index: int, message: dict, finish: str | None, spec: dict | None, logprobs: dict | None) -> dict:
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish, "speculative": spec}
 
 
 def response_body(kind: str, rid: str, model: str, choices: list[dict], use: dict, spec: dict | None) -> dict:

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from sparkdec.server import protocol as P
-from sparkdec.server.choices import prompt_tokens
+from sparkdec.server import tools
+from sparkdec.server.choices import chat_message, prompt_tokens
 from sparkdec.server.engine_loop import RequestHandle, Snapshot
 
 
@@ -47,40 +48,66 @@ async def snapshots(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Sn
             fut.cancel()
 
 
+class _ChoiceStream:
+    """The events of one choice, from its successive snapshots: text as it becomes stable, each token's
+    log-probabilities once, the echoed prompt first, tool calls whole at the end."""
+
+    def __init__(self, choice, rid: str, model: str, chat: bool):
+        self.c, self.rid, self.model, self.chat = choice, rid, model, chat
+        self.shown = self.scored = self.tokens = 0
+        self.echoed = not choice.echo
+
+    def chunk(self, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
+        if self.chat:
+            delta = None if piece is None else ({"content": piece} if finish is None else {})
+            return sse(P.chat_chunk(self.rid, self.model, delta, finish, self.c.index, logprobs, **extra))
+        return sse(P.completion_chunk(self.rid, self.model, piece, finish, self.c.index, logprobs, **extra))
+
+    def events(self, snap: Snapshot) -> list[str]:
+        out = []
+        if not self.echoed:  # the prompt, with its log-probabilities when they were asked for
+            self.echoed = True
+            out.append(self.chunk(self.c.echo, logprobs=self.c.logprobs_of(snap.prompt_logprobs)))
+        final = snap.finish_reason is not None
+        calls, finish = [], snap.finish_reason
+        if final and self.c.tools:
+            message, calls = chat_message(self.c, snap.text)
+            text = message["content"] or ""
+            finish = "tool_calls" if calls and finish == "stop" else finish
+        elif final:
+            text = snap.text
+        else:
+            text = stable_prefix(snap.text, self.c.params.stop)
+            text = tools.streamable(text) if self.c.tools else text
+        new_scores = snap.logprobs[self.scored:] if snap.logprobs is not None else ()
+        if len(text) > self.shown or new_scores:  # each token's log-probability travels once, with its step's text
+            out.append(self.chunk(text[self.shown:], logprobs=self.c.logprobs_of(new_scores)))
+            self.shown, self.scored = len(text), self.scored + len(new_scores)
+        self.tokens = snap.num_tokens
+        if calls:
+            delta = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]}
+            out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
+        if final:
+            out.append(self.chunk("", finish, speculative=snap.spec))
+        return out
+
+
 async def stream_events(choices: list, rid: str, model: str, kind: str, include_usage: bool) -> AsyncIterator[str]:
     """Server-sent events of a request's choices (server/choices.py), interleaved as they progress."""
     chat = kind == "chat"
-
-    def chunk(index: int, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
-        if chat:
-            delta = None if piece is None else ({"content": piece} if finish is None else {})
-            return sse(P.chat_chunk(rid, model, delta, finish, index, logprobs, **extra))
-        return sse(P.completion_chunk(rid, model, piece, finish, index, logprobs, **extra))
-
+    streams = [_ChoiceStream(c, rid, model, chat) for c in choices]
     for c in choices:
         if chat:
             yield sse(P.chat_chunk(rid, model, {"role": "assistant", "content": ""}, index=c.index))
-    shown, tokens, scored = [0] * len(choices), [0] * len(choices), [0] * len(choices)
-    echoed = [not c.echo for c in choices]
     async for i, snap in snapshots([c.handle for c in choices]):
         if snap.error:
             yield sse(P.error_body(snap.error, "server_error"))
             break
-        if not echoed[i]:  # the prompt, with its log-probabilities when they were asked for
-            echoed[i] = True
-            yield chunk(choices[i].index, choices[i].echo, logprobs=choices[i].logprobs_of(snap.prompt_logprobs))
-        final = snap.finish_reason is not None
-        text = snap.text if final else stable_prefix(snap.text, choices[i].params.stop)
-        new_scores = snap.logprobs[scored[i]:] if snap.logprobs is not None else ()
-        if len(text) > shown[i] or new_scores:  # each token's log-probability travels once, with its step's text
-            yield chunk(choices[i].index, text[shown[i]:], logprobs=choices[i].logprobs_of(new_scores))
-            shown[i], scored[i] = len(text), scored[i] + len(new_scores)
-        tokens[i] = snap.num_tokens
-        if final:
-            yield chunk(choices[i].index, "", snap.finish_reason, speculative=snap.spec)
+        for event in streams[i].events(snap):
+            yield event
     else:
         if include_usage:
-            yield chunk(0, None, usage=P.usage(prompt_tokens(choices), sum(tokens)))
+            yield streams[0].chunk(None, usage=P.usage(prompt_tokens(choices), sum(st.tokens for st in streams)))
     yield "data: [DONE]\n\n"
 
 

@@ -1,0 +1,94 @@
+"""Tool calls: `<tool_call>` blocks parsed into OpenAI tool_calls (whole and streamed), tools and template switches
+passed to the chat template."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from sparkdec.engine.llm_engine import DEFAULT_PAIR
+from sparkdec.sampling import SamplingParams
+from sparkdec.server import tools
+from sparkdec.server.choices import Choice, response
+from sparkdec.server.engine_loop import Snapshot
+from sparkdec.server.streaming import _ChoiceStream
+from sparkdec.tokenizer import Tokenizer
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+TEXT = "Let me check.\n" + CALL + "\n" + CALL.replace("Paris", "Oslo")
+
+
+def test_parse_returns_calls_and_the_text_around_them():
+    content, calls = tools.parse(TEXT)
+    assert content == "Let me check.\n\n" and [c["function"]["name"] for c in calls] == ["get_weather"] * 2
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris", "days": 2},
+                                                                       {"city": "Oslo", "days": 2}]
+    assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+    assert len({c["id"] for c in calls}) == 2
+    content, calls = tools.parse(CALL)
+    assert content is None and len(calls) == 1  # nothing but a call: no content
+    broken = "<tool_call>{not json}</tool_call> and <tool_call>[1, 2]</tool_call>"
+    assert tools.parse(broken) == (broken, [])  # kept as written
+    assert tools.parse("plain answer") == ("plain answer", [])
+
+
+def test_streamable_holds_back_calls_and_a_tag_being_written():
+    assert tools.streamable("Let me check.\n<tool_call>\n{") == "Let me check.\n"
+    assert tools.streamable("Let me check.\n<tool_") == "Let me check.\n"
+    assert tools.streamable("a < b") == "a < b"
+
+
+def _choice(offered: bool) -> Choice:
+    return Choice(0, "r-0", [1, 2], SamplingParams(max_tokens=50), tools=offered)
+
+
+def test_responses_carry_tool_calls_whole_and_streamed():
+    final = Snapshot(TEXT, 40, "stop", {"enabled": True})
+    body = response("chat", "r", "m", [_choice(True)], [final])
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Let me check.\n\n"
+    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"] * 2
+    plain = response("chat", "r", "m", [_choice(False)], [final])["choices"][0]  # no tools offered: text as is
+    assert plain["message"] == {"role": "assistant", "content": TEXT} and plain["finish_reason"] == "stop"
+    # streamed: the text before the first call as it comes, then the calls in one delta, then the finish
+    stream = _ChoiceStream(_choice(True), "r", "m", chat=True)
+    events = []
+    for k in range(1, len(TEXT), 7):
+        events += stream.events(Snapshot(TEXT[:k], k, None))
+    events += stream.events(final)
+    chunks = [json.loads(e[len("data: "):]) for e in events]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("content", "") for d in deltas) == "Let me check.\n\n"
+    streamed_calls = [t for d in deltas for t in d.get("tool_calls", [])]
+    assert [t["index"] for t in streamed_calls] == [0, 1]
+    assert [t["function"]["arguments"] for t in streamed_calls] == [
+        c["function"]["arguments"] for c in choice["message"]["tool_calls"]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+TEMPLATE = ("{%- if tools %}TOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}\n{% endif %}"
+            "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+            "{%- if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function.name }}</tool_call>{% endfor %}"
+            "{%- endif %}<|im_end|>\n{% endfor %}"
+            "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+            "{%- if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+
+def test_chat_template_sees_tools_tool_calls_and_its_switches(tmp_path):
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    shutil.copy(DEFAULT_PAIR / "target" / "tokenizer.json", folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
+    tok = Tokenizer(folder)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    from sparkdec.server.protocol import ChatCompletionRequest
+
+    req = ChatCompletionRequest.model_validate({"model": "m", "tools": [weather], "messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                             "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+        "chat_template_kwargs": {"enable_thinking": False, "messages": "ignored"}})
+    text = tok.apply_chat_template(req.template_messages(), True, req.tools, req.chat_template_kwargs)
+    assert text.startswith("TOOLS:get_weather;<|im_start|>user") and "<tool_call>get_weather</tool_call>" in text
+    assert "<|im_start|>tool\nsunny<|im_end|>" in text and text.endswith("<think>\n\n</think>\n\n")
+    assert req.calls_tools
