@@ -21,6 +21,11 @@ class Batch:
         return not self.prefill and not self.decode
 
 
+# pages a decoding sequence is given at a time when free: a graph restages a row's block table when it changes, so
+# growing a page at a time would restage every page_size tokens
+GROW_PAGES = 4
+
+
 class Scheduler:
     def __init__(self, blocks: BlockManager, max_num_seqs: int, max_batched_tokens: int, headroom: int,
                  prefix_caching: bool = False):
@@ -77,7 +82,7 @@ class Scheduler:
             self.running.append(seq)
 
     def _pages_wanted(self, seq: Sequence) -> int:
-        """Pages seq lacks for its next rounds: none in most steps (the first test), as tables grow a page at a time."""
+        """Pages seq lacks for its next rounds: none in most steps (the first test)."""
         if seq.num_tokens + 2 * self.headroom <= len(seq.block_table) * self.blocks.page_size:
             return 0
         return max(self.blocks.pages_for(self.next_positions(seq)) - len(seq.block_table), 0)
@@ -94,14 +99,15 @@ class Scheduler:
         reach, page = 2 * self.headroom, self.blocks.page_size
         for seq in list(self.running):
             if seq.num_tokens + reach <= len(seq.block_table) * page:
-                continue  # most steps: the table covers the next rounds (tables grow a page at a time)
+                continue  # most steps: the table covers the next rounds
             if seq.status is not Status.RUNNING or not seq.prefill_done or not self._pages_wanted(seq):
                 continue
             need = self.next_positions(seq)
             while not self.blocks.can_reserve(seq.block_table, need) and self._preempt(self.running[-1]) is not seq:
                 pass
-            if seq.status is Status.RUNNING:
-                self.blocks.reserve(seq.block_table, need)
+            if seq.status is Status.RUNNING:  # a few pages ahead when they are free (never preempting for them)
+                ahead = min(need + (GROW_PAGES - 1) * page, self.lifetime_positions(seq))
+                self.blocks.reserve(seq.block_table, ahead if self.blocks.can_reserve(seq.block_table, ahead) else need)
 
     def _register(self, seq: Sequence) -> None:
         """Register the sequence's newly computed full prompt pages in the prefix cache."""
