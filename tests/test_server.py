@@ -502,3 +502,33 @@ def test_stable_prefix_holds_back_what_may_still_change():
     assert stable_prefix("x = 1\nEN", ("END",)) == "x = 1\n"  # may become the stop string
     assert stable_prefix("x = 1\nEX", ("END",)) == "x = 1\nEX"
     assert stable_prefix("ab", ("abc", "b")) == ""
+
+
+def test_concurrent_requests_beyond_the_cache_are_preempted_and_finish_whole(pair, tmp_path):
+    """A cache that holds about four of these requests' whole lives serves eight at once: pages are handed out as
+    they grow, the newest gives its pages back when they run out, and every stream still ends with the text the
+    request gets alone."""
+    srv = Server(pair, tmp_path / "server.log", "--kv-cache-tokens", str(64 * 16))
+    try:
+        client = srv.client()
+        prompts = [f"def f{i}(x):\n    return" for i in range(8)]
+        kw = dict(max_tokens=200, extra_body=LONG, **GREEDY)
+        alone = [client.completions.create(model=MODEL, prompt=p, **kw).choices[0].text for p in prompts]
+
+        async def run_all():
+            aclient = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+            async def one(p):
+                stream = await aclient.completions.create(model=MODEL, prompt=p, stream=True, **kw)
+                return "".join([c.choices[0].text async for c in stream if c.choices])
+
+            try:
+                return await asyncio.gather(*(one(p) for p in prompts))
+            finally:
+                await aclient.close()
+
+        assert asyncio.run(run_all()) == alone
+        assert srv.metric("sparkdec:num_preemptions_total") > 0, srv.log_tail()
+        assert _poll(lambda: srv.metric("sparkdec:kv_cache_pages_used") == 0)
+    finally:
+        srv.stop()
