@@ -508,7 +508,7 @@ def test_concurrent_requests_beyond_the_cache_are_preempted_and_finish_whole(pai
     """A cache that holds about four of these requests' whole lives serves eight at once: pages are handed out as
     they grow, the newest gives its pages back when they run out, and every stream still ends with the text the
     request gets alone."""
-    srv = Server(pair, tmp_path / "server.log", "--kv-cache-tokens", str(64 * 16))
+    srv = Server(pair, tmp_path / "server.log", "--kv-cache-tokens", str(64 * 16), "--reasoning-parser", "qwen3")
     try:
         client = srv.client()
         prompts = [f"def f{i}(x):\n    return" for i in range(8)]
@@ -528,6 +528,10 @@ def test_concurrent_requests_beyond_the_cache_are_preempted_and_finish_whole(pai
                 await aclient.close()
 
         assert asyncio.run(run_all()) == alone
+        # (this server also splits chat thinking; the tiny model does not think, so all of it is content)
+        chat = httpx.post(srv.url + "/v1/chat/completions", timeout=60, json={
+            "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]}).json()
+        assert chat["choices"][0]["message"]["reasoning_content"] is None and chat["choices"][0]["message"]["content"]
         assert srv.metric("sparkdec:num_preemptions_total") > 0, srv.log_tail()
         assert _poll(lambda: srv.metric("sparkdec:kv_cache_pages_used") == 0)
     finally:

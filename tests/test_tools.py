@@ -92,3 +92,28 @@ def test_chat_template_sees_tools_tool_calls_and_its_switches(tmp_path):
     assert text.startswith("TOOLS:get_weather;<|im_start|>user") and "<tool_call>get_weather</tool_call>" in text
     assert "<|im_start|>tool\nsunny<|im_end|>" in text and text.endswith("<think>\n\n</think>\n\n")
     assert req.calls_tools
+
+
+THINKING = "<think>\nThe user wants the weather.\n</think>\n\n" + CALL
+
+
+def test_reasoning_comes_apart_from_content_and_calls_whole_and_streamed():
+    from sparkdec.server.reasoning import split
+
+    assert split(THINKING, True) == ("The user wants the weather.", CALL)
+    assert split("<think>\nstill thinking", True) == ("still thinking", "")  # cut by max_tokens
+    assert split("No thinking here.", True) == ("", "No thinking here.")
+    for k in range(len(THINKING) + 1):  # a running text's parts are prefixes of the final ones
+        r, c = split(THINKING[:k], False)
+        assert "The user wants the weather.".startswith(r) and CALL.startswith(c), k
+    c = Choice(0, "r-0", [1], SamplingParams(max_tokens=50), tools=True, reasoning=True)
+    final = Snapshot(THINKING, 30, "stop")
+    message = response("chat", "r", "m", [c], [final])["choices"][0]["message"]
+    assert message["reasoning_content"] == "The user wants the weather." and message["content"] is None
+    assert [t["function"]["name"] for t in message["tool_calls"]] == ["get_weather"]
+    stream = _ChoiceStream(c, "r", "m", chat=True)
+    events = [e for k in range(1, len(THINKING), 5) for e in stream.events(Snapshot(THINKING[:k], k, None))]
+    deltas = [json.loads(e[len("data: "):])["choices"][0]["delta"] for e in events + stream.events(final)]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "The user wants the weather."
+    assert "".join(d.get("content", "") for d in deltas) == ""
+    assert [t["function"]["name"] for d in deltas for t in d.get("tool_calls", [])] == ["get_weather"]

@@ -25,13 +25,16 @@ class ServerState:
     draining: bool = False  # set by SIGTERM: new requests get 503, in-flight ones finish
     inflight: int = 0
     max_inflight: int = 0
+    reasoning: bool = False  # chat thinking returned apart (server/reasoning.py)
 
 
-def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str, ...] = ()) -> FastAPI:
-    """One app per engine. Requests beyond max_num_seqs running + max_queue waiting get 503."""
+def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str, ...] = (),
+               reasoning_parser: str | None = None) -> FastAPI:
+    """One app per engine. Requests beyond max_num_seqs running + max_queue waiting get 503. reasoning_parser:
+    "qwen3" returns chat thinking as reasoning_content (server/reasoning.py)."""
     metrics = Metrics(engine)
     loop = EngineLoop(engine, metrics)
-    state = ServerState(max_inflight=engine.config.max_num_seqs + max_queue)
+    state = ServerState(max_inflight=engine.config.max_num_seqs + max_queue, reasoning=reasoning_parser is not None)
     names = {model_name, *aliases}
 
     @asynccontextmanager
@@ -107,7 +110,7 @@ async def _generate(request: Request, body, prompts: list, kind: str, engine, lo
                     state: ServerState, model_name: str):
     _check_open(state)
     rid = P.new_id("cmpl" if kind == "completions" else "chatcmpl")
-    choices = C.plan(engine, body, prompts, kind, rid)
+    choices = C.plan(engine, body, prompts, kind, rid, state.reasoning)
     _check_room(state, len(choices))
     state.inflight += len(choices)
     queued = False

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from sparkdec.engine.sequence import SpecStats
 from sparkdec.sampling import SamplingParams
 from sparkdec.server import protocol as P
-from sparkdec.server import tools
+from sparkdec.server import reasoning, tools
 from sparkdec.server.engine_loop import EngineLoop, RequestHandle, Snapshot
 from sparkdec.server.logprobs import LogprobFormatter
 
@@ -23,12 +23,13 @@ class Choice:
     handle: RequestHandle | None = None
     logprobs: LogprobFormatter | None = None  # when the request asked for log-probabilities
     tools: bool = False  # chat with tools offered: `<tool_call>` blocks come back as tool_calls (server/tools.py)
+    reasoning: bool = False  # chat on a server with a reasoning parser: thinking apart (server/reasoning.py)
 
     def logprobs_of(self, entries) -> dict | None:
         return self.logprobs.format(entries) if self.logprobs is not None and entries is not None else None
 
 
-def plan(engine, body, prompts: list, kind: str, rid: str) -> list[Choice]:
+def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = False) -> list[Choice]:
     """Every choice of the request. All prompts are checked (tokenized, sized) before any is queued.
     With a seed, choice i samples with seed + i, so choice 0 equals the request sent with n = 1."""
     ids = [engine.encode_prompt(p) for p in prompts]
@@ -42,7 +43,7 @@ def plan(engine, body, prompts: list, kind: str, rid: str) -> list[Choice]:
             seeded = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
             formatter = LogprobFormatter(engine.tokenizer, kind == "chat") if params.logprobs is not None else None
             out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo, logprobs=formatter,
-                              tools=getattr(body, "calls_tools", False)))
+                              tools=getattr(body, "calls_tools", False), reasoning=reasoning and kind == "chat"))
     return out
 
 
@@ -57,8 +58,11 @@ def _echo_text(engine, prompt) -> str:
 
 def chat_message(c: Choice, text: str) -> tuple[dict, list[dict]]:
     """-> (the assistant message of a finished chat choice, its tool calls)."""
+    thought, text = reasoning.split(text, final=True) if c.reasoning else ("", text)
     content, calls = tools.parse(text) if c.tools else (text, [])
     message = {"role": "assistant", "content": content}
+    if c.reasoning:
+        message["reasoning_content"] = thought or None
     if calls:
         message["tool_calls"] = calls
     return message, calls

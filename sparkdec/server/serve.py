@@ -19,6 +19,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=256,
                    help="requests that may wait beyond --max-num-seqs running ones; more get 503")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--reasoning-parser", choices=["qwen3"],
+                   help="return a chat's <think>...</think> as the message's reasoning_content")
 
 
 def served_name(args: argparse.Namespace) -> str:
@@ -36,7 +38,7 @@ def run_serve(args: argparse.Namespace, engine_kwargs) -> int:
     engine = Engine(EngineConfig(**engine_kwargs(args)))
     name = served_name(args)
     aliases = (args.model,) if args.model else ()
-    app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases)
+    app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases, reasoning_parser=args.reasoning_parser)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     spec = "speculative" if engine.drafter is not None and engine.config.speculative else "plain"
     log.info("serving %s (%s decoding, %d KV pages of %d tokens, max model len %d)", name, spec,

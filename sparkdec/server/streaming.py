@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from sparkdec.server import protocol as P
-from sparkdec.server import tools
+from sparkdec.server import reasoning, tools
 from sparkdec.server.choices import chat_message, prompt_tokens
 from sparkdec.server.engine_loop import RequestHandle, Snapshot
 
@@ -54,7 +54,7 @@ class _ChoiceStream:
 
     def __init__(self, choice, rid: str, model: str, chat: bool):
         self.c, self.rid, self.model, self.chat = choice, rid, model, chat
-        self.shown = self.scored = self.tokens = 0
+        self.shown = self.scored = self.tokens = self.thought = 0  # characters of content / reasoning shown
         self.echoed = not choice.echo
 
     def chunk(self, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
@@ -69,16 +69,21 @@ class _ChoiceStream:
             self.echoed = True
             out.append(self.chunk(self.c.echo, logprobs=self.c.logprobs_of(snap.prompt_logprobs)))
         final = snap.finish_reason is not None
-        calls, finish = [], snap.finish_reason
-        if final and self.c.tools:
+        calls, finish, thought = [], snap.finish_reason, ""
+        if final and (self.c.tools or self.c.reasoning):
             message, calls = chat_message(self.c, snap.text)
-            text = message["content"] or ""
+            text, thought = message["content"] or "", message.get("reasoning_content") or ""
             finish = "tool_calls" if calls and finish == "stop" else finish
         elif final:
             text = snap.text
         else:
             text = stable_prefix(snap.text, self.c.params.stop)
+            thought, text = reasoning.split(text, final=False) if self.c.reasoning else ("", text)
             text = tools.streamable(text) if self.c.tools else text
+        if len(thought) > self.thought:  # (its tokens' log-probabilities go with the content chunk below)
+            delta = {"reasoning_content": thought[self.thought:]}
+            out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
+            self.thought = len(thought)
         new_scores = snap.logprobs[self.scored:] if snap.logprobs is not None else ()
         if len(text) > self.shown or new_scores:  # each token's log-probability travels once, with its step's text
             out.append(self.chunk(text[self.shown:], logprobs=self.c.logprobs_of(new_scores)))
