@@ -68,18 +68,7 @@ class _ChoiceStream:
         if not self.echoed:  # the prompt, with its log-probabilities when they were asked for
             self.echoed = True
             out.append(self.chunk(self.c.echo, logprobs=self.c.logprobs_of(snap.prompt_logprobs)))
-        final = snap.finish_reason is not None
-        calls, finish, thought = [], snap.finish_reason, ""
-        if final and (self.c.tools or self.c.reasoning):
-            message, calls = chat_message(self.c, snap.text)
-            text, thought = message["content"] or "", message.get("reasoning_content") or ""
-            finish = "tool_calls" if calls and finish == "stop" else finish
-        elif final:
-            text = snap.text
-        else:
-            text = stable_prefix(snap.text, self.c.params.stop)
-            thought, text = reasoning.split(text, final=False) if self.c.reasoning else ("", text)
-            text = tools.streamable(text) if self.c.tools else text
+        thought, text, calls, finish = self._parts(snap)
         if len(thought) > self.thought:  # (its tokens' log-probabilities go with the content chunk below)
             delta = {"reasoning_content": thought[self.thought:]}
             out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
@@ -92,9 +81,21 @@ class _ChoiceStream:
         if calls:
             delta = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]}
             out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
-        if final:
+        if finish is not None:
             out.append(self.chunk("", finish, speculative=snap.spec))
         return out
+
+    def _parts(self, snap: Snapshot) -> tuple[str, str, list[dict], str | None]:
+        """(reasoning, content, tool calls, finish reason) of the output so far, as much as a stream may show."""
+        if snap.finish_reason is None:
+            text = stable_prefix(snap.text, self.c.params.stop)
+            thought, text = reasoning.split(text, final=False) if self.c.reasoning else ("", text)
+            return thought, (tools.streamable(text) if self.c.tools else text), [], None
+        if not (self.c.tools or self.c.reasoning):
+            return "", snap.text, [], snap.finish_reason
+        message, calls = chat_message(self.c, snap.text)
+        finish = "tool_calls" if calls and snap.finish_reason == "stop" else snap.finish_reason
+        return message.get("reasoning_content") or "", message["content"] or "", calls, finish
 
 
 async def stream_events(choices: list, rid: str, model: str, kind: str, include_usage: bool) -> AsyncIterator[str]:
