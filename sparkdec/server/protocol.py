@@ -28,10 +28,20 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+# OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
+# changes nothing (the first is the one the error suggests); any other field it does not know is ignored
+UNSUPPORTED = {
+    "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None), "repetition_penalty": (1, 1.0, None),
+    "min_p": (0, 0.0, None), "logit_bias": (None, {}), "response_format": (None, {"type": "text"}),
+    "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
+    "min_tokens": (0, None), "bad_words": (None, []),
+}
+
+
 class _Common(BaseModel):
     """Fields shared by both endpoints, including sparkdec's extra body fields."""
 
-    model_config = ConfigDict(extra="allow")  # unknown OpenAI fields are ignored, as OpenAI-compatible servers do
+    model_config = ConfigDict(extra="allow")  # unknown fields are ignored (those in UNSUPPORTED are checked)
 
     model: str
     max_tokens: int | None = None
@@ -55,6 +65,10 @@ class _Common(BaseModel):
         if not isinstance(self.n, int) or self.n < 1:
             raise RequestError(400, f"n must be a positive integer (the number of choices per prompt), got {self.n!r}",
                                param="n")
+        for name, value in (self.model_extra or {}).items():  # fields that would change the output if honoured
+            if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
+                raise RequestError(400, f"{name} is not supported by this server (the output would not follow it); "
+                                        f"drop the field or send {UNSUPPORTED[name][0]!r}", param=name)
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         return SamplingParams(
