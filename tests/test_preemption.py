@@ -63,3 +63,22 @@ def test_requests_preempted_mid_prompt_score_their_prompt_once(monkeypatch):
     for a, b in zip(ref, got):
         assert len(b.prompt_logprobs) == len(b.prompt_token_ids)
         assert (b.token_ids, b.logprobs, b.prompt_logprobs) == (a.token_ids, a.logprobs, a.prompt_logprobs)
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_plain_decoding_one_step_ahead_survives_preemption(prefix_caching):
+    """Plain greedy decoding queues each step before reading the last (engine/lookahead.py): preemption waits for that
+    step, and a queued token of a sequence preempted since is thrown away; one request stops on a token meanwhile."""
+    import random
+
+    rng = random.Random(0)
+    prompts = [[rng.randrange(100, 1000) for _ in range(20)] for _ in range(4)]
+    free = SamplingParams(max_tokens=64, ignore_eos=True)
+    stop = LLM(speculative=False).generate([prompts[1]], free)[0].token_ids[13]
+    params = [free, SamplingParams(max_tokens=64, ignore_eos=True, stop_token_ids=(stop,)), free, free]
+    ref = LLM(speculative=False).generate(prompts, params)
+    llm = LLM(speculative=False, kv_cache_tokens=9 * 16, prefix_caching=prefix_caching)
+    got = llm.generate(prompts, params)
+    assert llm.engine.scheduler.num_preemptions > 0 and llm.engine.lookahead is not None
+    assert [o.token_ids for o in got] == [o.token_ids for o in ref] and got[1].finish_reason == "stop"
+    assert llm.engine.blocks.num_free == llm.engine.blocks.num_pages

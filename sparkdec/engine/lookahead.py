@@ -11,7 +11,7 @@ step and the engine takes the ordinary round next call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,6 +30,7 @@ class PendingStep:
     host: torch.Tensor | None  # [n] their host copy, complete once `done` is (None: in the graphs' ring)
     done: torch.cuda.Event | None  # None: the copy is already complete (CPU)
     ring_slot: int | None = None  # the graphs' host ring slot the graph wrote the tokens to (graphs.RING_READBACK)
+    epochs: list[int] = field(default_factory=list)  # each sequence's preemption count when the step was queued
 
 
 class Lookahead:
@@ -80,14 +81,15 @@ class Lookahead:
 
     def _launch(self, seqs, positions, pieces, fill, draws) -> PendingStep:
         tokens = self.runner.decode_tokens(pieces, fill, draws)
+        epochs = [s.preemptions for s in seqs]
         n = len(seqs)
         if tokens.device.type != "cuda":
-            return PendingStep(seqs, positions, tokens, tokens, None)
+            return PendingStep(seqs, positions, tokens, tokens, None, epochs=epochs)
         slot = self.runner.tokens_ring_slot
         if slot is not None:  # the graph wrote the tokens into pinned host memory itself: no copy to queue
             done = torch.cuda.Event()
             done.record()
-            return PendingStep(seqs, positions, tokens, None, done, slot)
+            return PendingStep(seqs, positions, tokens, None, done, slot, epochs)
         if not self._host or self._host[0].numel() < n:
             self._host = [pinned(torch.zeros(max(n, 64), dtype=torch.long)) for _ in range(2)]
         self._flip ^= 1
@@ -95,7 +97,7 @@ class Lookahead:
         host.copy_(tokens, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        return PendingStep(seqs, positions, tokens, host, done)
+        return PendingStep(seqs, positions, tokens, host, done, epochs=epochs)
 
     def _commit(self, step: PendingStep) -> list[Sequence]:
         if step.done is not None:
@@ -105,9 +107,9 @@ class Lookahead:
         else:
             tokens = step.host.tolist()
         touched = []
-        for seq, pos, token in zip(step.seqs, step.positions, tokens):
-            if seq.status == Status.FINISHED or seq.finish_reason is not None:
-                continue  # finished by an earlier step (or aborted): this step's token is thrown away
+        for seq, pos, token, epoch in zip(step.seqs, step.positions, tokens, step.epochs):
+            if seq.status != Status.RUNNING or seq.finish_reason is not None or seq.preemptions != epoch:
+                continue  # finished by an earlier step, aborted or preempted since: this step's token is thrown away
             commit_tokens(seq, [token], self.decode)
             seq.num_computed = pos + 1
             touched.append(seq)

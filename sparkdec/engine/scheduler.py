@@ -97,6 +97,7 @@ class Scheduler:
         newest running sequence gives its pages back and waits at the front of the queue; when admitted again it
         recomputes its context (prompt and output so far) and goes on where it stopped."""
         reach, page = 2 * self.headroom, self.blocks.page_size
+        grown = []
         for seq in list(self.running):
             if seq.num_tokens + reach <= len(seq.block_table) * page:
                 continue  # most steps: the table covers the next rounds
@@ -105,9 +106,16 @@ class Scheduler:
             need = self.next_positions(seq)
             while not self.blocks.can_reserve(seq.block_table, need) and self._preempt(self.running[-1]) is not seq:
                 pass
-            if seq.status is Status.RUNNING:  # a few pages ahead when they are free (never preempting for them)
-                ahead = min(need + (GROW_PAGES - 1) * page, self.lifetime_positions(seq))
-                self.blocks.reserve(seq.block_table, ahead if self.blocks.can_reserve(seq.block_table, ahead) else need)
+            if seq.status is Status.RUNNING:
+                self.blocks.reserve(seq.block_table, need)
+                grown.append(seq)
+        # then a few pages ahead, only from what every sequence's needs left free (pages_short stays exact: no
+        # preemption comes of these)
+        for seq in grown:
+            if seq.status is Status.RUNNING:
+                ahead = min(self.next_positions(seq) + (GROW_PAGES - 1) * page, self.lifetime_positions(seq))
+                if self.blocks.can_reserve(seq.block_table, ahead):
+                    self.blocks.reserve(seq.block_table, ahead)
 
     def _register(self, seq: Sequence) -> None:
         """Register the sequence's newly computed full prompt pages in the prefix cache."""
