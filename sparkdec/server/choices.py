@@ -1,6 +1,7 @@
 """One HTTP request's choices: `n` samples of each of its prompts, queued together and answered together."""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 
 from sparkdec.engine.sequence import SpecStats
@@ -75,11 +76,15 @@ def prompt_tokens(choices: list[Choice]) -> int:
 
 
 async def queue_all(loop: EngineLoop, choices: list[Choice]) -> None:
-    """Queue every choice. If the engine refuses one (or the client goes away meanwhile), the ones already queued
-    are aborted and the error propagates: a request runs whole or not at all."""
+    """Queue every choice at once (the engine takes them before the same step). If the engine refuses one (or the
+    client goes away meanwhile), all are aborted and the error propagates: a request runs whole or not at all."""
+    for c in choices:
+        c.handle = loop.submit(c.request_id, c.prompt_ids, c.params)
     try:
-        for c in choices:
-            c.handle = await loop.add(c.request_id, c.prompt_ids, c.params)
+        results = await asyncio.gather(*(c.handle.added for c in choices), return_exceptions=True)
+        refused = next((r for r in results if isinstance(r, BaseException)), None)
+        if refused is not None:
+            raise refused
     except BaseException:
         abort_unfinished(loop, choices)
         raise

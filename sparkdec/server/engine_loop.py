@@ -85,12 +85,13 @@ class EngineLoop:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    async def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestHandle:
-        """Queue a request; raises the engine's SparkdecError when it refuses it (bad params, capacity)."""
+    def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestHandle:
+        """Send a request to the engine thread; its `added` future resolves when the engine takes it, or raises the
+        engine's SparkdecError when it refuses it (bad params, capacity). The engine thread takes every command sent
+        before its next step."""
         loop = asyncio.get_running_loop()
         handle = RequestHandle(request_id, prompt_ids, params, loop, loop.create_future())
         self._send(("add", handle))
-        await handle.added
         return handle
 
     def abort(self, request_id: str) -> None:
