@@ -109,7 +109,7 @@ def response(kind: str, rid: str, model: str, choices: list[Choice], snaps: list
     """The whole response body of a non-streamed request."""
     bodies = []
     for c, s in zip(choices, snaps):
-        scores = c.logprobs_of((s.prompt_logprobs or ()) + s.logprobs if s.logprobs is not None else None)
+        scores = c.logprobs_of([*(s.prompt_logprobs or ()), *s.logprobs.since(0)] if s.logprobs is not None else None)
         if kind == "completions":
             bodies.append(P.completion_choice(c.index, c.echo + s.text, s.finish_reason, s.spec, scores))
         else:

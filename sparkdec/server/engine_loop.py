@@ -15,9 +15,21 @@ from sparkdec.sampling import SamplingParams
 log = logging.getLogger("sparkdec.server")
 
 
+@dataclass(frozen=True, slots=True)
+class Entries:
+    """The first `count` entries of a list the engine thread only appends to: a snapshot's view, with no copy."""
+
+    items: list
+    count: int
+
+    def since(self, start: int) -> list:
+        return self.items[start:self.count]
+
+
 @dataclass(slots=True)
 class Snapshot:
-    """A request's state after one engine step (immutable values only, safe to hand across threads)."""
+    """A request's state after one engine step (immutable values, or views of lists the engine only appends to:
+    safe to hand across threads)."""
 
     text: str
     num_tokens: int
@@ -25,7 +37,7 @@ class Snapshot:
     spec: dict | None = None  # speculative stats, on the final snapshot
     error: str | None = None
     stats: SpecStats | None = None  # a copy of the request's counters, on the final snapshot (merged across choices)
-    logprobs: tuple | None = None  # sequence.logprobs so far, when the request asked for them
+    logprobs: Entries | None = None  # sequence.logprobs so far, when the request asked for them
     prompt_logprobs: tuple | None = None  # sequence.prompt_logprobs once the prompt is scored, when asked for
 
 
@@ -147,7 +159,7 @@ class EngineLoop:
         spec = stats = None
         if finish is not None:
             spec, stats = {"enabled": self.engine.speculating(seq), **seq.spec.as_dict()}, seq.spec.copy()
-        logprobs = tuple(seq.logprobs) if seq.logprobs is not None else None
+        logprobs = Entries(seq.logprobs, len(seq.logprobs)) if seq.logprobs is not None else None
         if tracked.prompt_logprobs is None and seq.prompt_logprobs is not None and seq.prefill_done:
             tracked.prompt_logprobs = tuple(seq.prompt_logprobs)
         snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats, logprobs, tracked.prompt_logprobs)

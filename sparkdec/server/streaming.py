@@ -73,7 +73,7 @@ class _ChoiceStream:
             delta = {"reasoning_content": thought[self.thought:]}
             out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
             self.thought = len(thought)
-        new_scores = snap.logprobs[self.scored:] if snap.logprobs is not None else ()
+        new_scores = snap.logprobs.since(self.scored) if snap.logprobs is not None else ()
         if len(text) > self.shown or new_scores:  # each token's log-probability travels once, with its step's text
             out.append(self.chunk(text[self.shown:], logprobs=self.c.logprobs_of(new_scores)))
             self.shown, self.scored = len(text), self.scored + len(new_scores)

@@ -22,11 +22,35 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int) -> list[tu
             for t, row in zip(tokens, host)]
 
 
-def record(seq: Sequence, logits, tokens: list[int]) -> None:
-    """Append the log-probabilities of tokens, the sequence's newly committed ones, when it asked for them.
-    logits: their rows, a tensor or the runner's LogitRows."""
-    if seq.logprobs is not None and tokens:
-        seq.logprobs += token_logprobs(_tensor(logits)[:len(tokens)], tokens, seq.params.logprobs)
+class RoundScores:
+    """The log-probabilities a round owes its sequences, computed together at its end: one log-softmax and one
+    device->host read for all of them, however many sequences asked."""
+
+    def __init__(self):
+        self.items: list[tuple[list, torch.Tensor, list[int], int]] = []  # (entries to extend, rows, tokens, top)
+
+    def output(self, seq: Sequence, logits, tokens: list[int]) -> None:
+        """tokens: the sequence's newly committed ones; logits: their rows (a tensor or the runner's LogitRows)."""
+        if seq.logprobs is not None and tokens:
+            self.items.append((seq.logprobs, _tensor(logits)[:len(tokens)], tokens, seq.params.logprobs))
+
+    def prompt(self, seq: Sequence, logits, lo: int, hi: int) -> None:
+        """Prompt tokens lo + 1 .. hi, from the rows of positions lo .. hi - 1."""
+        if hi > lo:
+            self.items.append((seq.prompt_logprobs, _tensor(logits), seq.prompt_ids[lo + 1:hi + 1],
+                               seq.params.prompt_logprobs))
+
+    def flush(self) -> None:
+        if not self.items:
+            return
+        top = max(k for *_, k in self.items)
+        rows = torch.cat([r for _, r, _, _ in self.items])  # [N, V]: each row's result is its own
+        entries = token_logprobs(rows, [t for _, _, ts, _ in self.items for t in ts], top)
+        at = 0
+        for out, _, ts, k in self.items:
+            out += [(t, lp, alternatives[:k]) for t, lp, alternatives in entries[at:at + len(ts)]]
+            at += len(ts)
+        self.items = []
 
 
 def prompt_rows(seq: Sequence, a: int, b: int) -> tuple[int, int]:
@@ -37,13 +61,6 @@ def prompt_rows(seq: Sequence, a: int, b: int) -> tuple[int, int]:
         return a, a
     lo = max(a, len(seq.prompt_logprobs) - 1)
     return lo, max(lo, min(b, len(seq.prompt_ids) - 1))
-
-
-def record_prompt(seq: Sequence, logits, lo: int, hi: int) -> None:
-    """Append the log-probabilities of prompt tokens lo + 1 .. hi from the rows of positions lo .. hi - 1."""
-    if hi > lo:
-        seq.prompt_logprobs += token_logprobs(_tensor(logits), seq.prompt_ids[lo + 1:hi + 1],
-                                              seq.params.prompt_logprobs)
 
 
 def _tensor(logits) -> torch.Tensor:

@@ -200,29 +200,30 @@ class RoundRunner:
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
-        touched = []
+        touched, scores = [], logprobs.RoundScores()
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i)
             s = seq.anchor_position
             committed = commit_tokens(seq, tokens, self.decode)
             if seq.logprobs is not None:
-                logprobs.record(seq, logits[r0:r0 + committed], tokens[:committed])
+                scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
                 self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
             touched.append(seq)
         for seq, r, lo, hi in prompt_scored:
-            logprobs.record_prompt(seq, logits[r:r + hi - lo], lo, hi)
+            scores.prompt(seq, logits[r:r + hi - lo], lo, hi)
         for seq, r in prefill_done:
             # greedy: the round's readback already holds the argmax (no extra device read)
             token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
                                                                      len(seq.prompt_ids))
             commit_tokens(seq, [token], self.decode)
             if seq.logprobs is not None:
-                logprobs.record(seq, logits[r:r + 1], [token])
+                scores.output(seq, logits[r:r + 1], [token])
             seq.first_token_time = time.perf_counter()
             touched.append(seq)
+        scores.flush()
         t3 = time.perf_counter()
         self._time(t0, t1, t2, t3)
         return touched
