@@ -17,17 +17,17 @@ def test_pages_are_cached_shared_and_evicted_least_recently_used():
     bm = BlockManager(4, 2)
     a, b, c = [], [], []
     bm.reserve(a, 4)  # 2 pages
-    bm.register(a[0], ("k0",))
-    bm.register(a[1], ("k1",))
+    bm.register(a[0], b"k0")
+    bm.register(a[1], b"k1")
     bm.release(a)  # cached, held by no table: still free to reserve; the last page first in line to go
-    assert bm.num_free == 4 and bm.cached_pages([("k0",), ("k1",), ("k2",)]) == [0, 1]
-    bm.share(b, bm.cached_pages([("k0",)]))
+    assert bm.num_free == 4 and bm.cached_pages([b"k0", b"k1", b"k2"]) == [0, 1]
+    bm.share(b, bm.cached_pages([b"k0"]))
     assert b == [0] and bm.refs[0] == 1 and bm.num_free == 3
     bm.reserve(c, 6)  # 3 pages: the 2 empty ones, then the idle cached page 1, which forgets its key
-    assert sorted(c) == [1, 2, 3] and bm.cached_pages([("k0",), ("k1",)]) == [0] and bm.num_free == 0
+    assert sorted(c) == [1, 2, 3] and bm.cached_pages([b"k0", b"k1"]) == [0] and bm.num_free == 0
     bm.release(b)
     bm.release(c)
-    assert bm.num_free == 4 and bm.cached_pages([("k0",)]) == [0] and bm.refs == [0, 0, 0, 0]
+    assert bm.num_free == 4 and bm.cached_pages([b"k0"]) == [0] and bm.refs == [0, 0, 0, 0]
 
 
 @pytest.mark.skipif(not SHIPPED, reason="no shipped pair")

@@ -35,8 +35,8 @@ class BlockManager:
         self.free: list[int] = list(range(num_pages - 1, -1, -1))  # pages holding nothing
         self.refs = [0] * num_pages  # tables holding each page
         self.idle: OrderedDict[int, None] = OrderedDict()  # cached pages no table holds, least recently used first
-        self.key_of: dict[int, tuple] = {}  # cached page -> its prefix key
-        self.page_of: dict[tuple, int] = {}  # prefix key -> cached page
+        self.key_of: dict[int, bytes] = {}  # cached page -> its prefix key
+        self.page_of: dict[bytes, int] = {}  # prefix key -> cached page
 
     def pages_for(self, num_positions: int) -> int:
         return -(-num_positions // self.page_size)
@@ -77,7 +77,7 @@ class BlockManager:
         table.clear()
 
     # ---- prefix cache ----
-    def cached_pages(self, keys: list[tuple]) -> list[int]:
+    def cached_pages(self, keys: list[bytes]) -> list[int]:
         """The pages of the longest run of keys, from the first, that are cached."""
         pages = []
         for key in keys:
@@ -95,7 +95,7 @@ class BlockManager:
             self.refs[page] += 1
             table.append(page)
 
-    def register(self, page: int, key: tuple) -> None:
+    def register(self, page: int, key: bytes) -> None:
         """Mark a held page as holding the prefix `key` (a page with the same key cached already wins)."""
         if key not in self.page_of and page not in self.key_of:
             self.page_of[key] = page

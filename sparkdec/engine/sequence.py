@@ -95,7 +95,7 @@ class Sequence:
     # when params.prompt_logprobs is set: the same per prompt token, the first one's (id, None, ()): no row predicts it
     prompt_logprobs: list[tuple[int, float | None, tuple]] | None = None
     preemptions: int = 0  # times the scheduler took this sequence's pages back (engine/scheduler.py)
-    page_keys: list[tuple] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
+    page_keys: list[bytes] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
 
     @property
