@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import aclosing
 from collections.abc import AsyncIterator
 
 from fastapi import Request
@@ -105,15 +106,16 @@ async def stream_events(choices: list, rid: str, model: str, kind: str, include_
     for c in choices:
         if chat:
             yield sse(P.chat_chunk(rid, model, {"role": "assistant", "content": ""}, index=c.index))
-    async for i, snap in snapshots([c.handle for c in choices]):
-        if snap.error:
-            yield sse(P.error_body(snap.error, "server_error"))
-            break
-        for event in streams[i].events(snap):
-            yield event
-    else:
-        if include_usage:
-            yield streams[0].chunk(None, usage=P.usage(prompt_tokens(choices), sum(st.tokens for st in streams)))
+    async with aclosing(snapshots([c.handle for c in choices])) as updates:  # (its waits end with the stream)
+        async for i, snap in updates:
+            if snap.error:
+                yield sse(P.error_body(snap.error, "server_error"))
+                break
+            for event in streams[i].events(snap):
+                yield event
+        else:
+            if include_usage:
+                yield streams[0].chunk(None, usage=P.usage(prompt_tokens(choices), sum(st.tokens for st in streams)))
     yield "data: [DONE]\n\n"
 
 
