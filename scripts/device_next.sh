@@ -312,6 +312,7 @@ from sparkdec.cli import main; main(['bench', 'kernels', '--shapes', 'qwen3-4b',
 elif [ "$1" = 59 ]; then  # (session 40) the server features' GPU tests: preemption and logprobs with graphs in bf16
   timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "preempted or logprobs or prefix_cache" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED" | head -12
+  timeout 150 python scripts/ab_prefix_cache.py $OUT/prefix_cache_ab_h200_tiny.json cuda 2>&1 | tail -3
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
