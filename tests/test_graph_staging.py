@@ -270,3 +270,13 @@ def test_short_graphs_of_one_row_alone_take_the_one_row_pdl_modes(monkeypatch):
     assert dict(seen["capture"]) == {8: shared, 1: one_row}
     assert seen["warm"] == [((8,), shared), ((1,), one_row)]  # each tier warmed up once, under its own modes
     assert triton_gemm.PDL_KINDS == before
+
+
+def test_table_rows_point_past_a_shorter_table_at_the_trash_page():
+    """A row that held a longer table (another sequence, or this one before a preemption) keeps none of its pages."""
+    static = torch.full((3, 6), 99, dtype=torch.long)  # 99: the trash page
+    rows = graphs.TableRows(static)
+    rows.write([[1, 2, 3, 4], [5]])
+    rows.write([[7, 8], [5, 6]])  # row 0: a shorter table; row 1: grown
+    assert static.tolist() == [[7, 8, 99, 99, 99, 99], [5, 6, 99, 99, 99, 99], [99] * 6]
+    assert rows.unchanged([[7, 8], [5, 6]])

@@ -334,7 +334,8 @@ PROPOSE_TIERS = (1, 2, 4, 8, 16, 32, 64)
 
 class TableRows:
     """Writes block tables into rows of a static device table, skipping rows whose table is unchanged since the
-    last write (a sequence's pages are fixed for its life, so in steady decoding nothing is copied)."""
+    last write (a sequence's table changes only when it grows, a few pages at a time, or after a preemption, so in
+    steady decoding nothing is copied). Entries past a row's table point at the trash page."""
 
     def __init__(self, tables: torch.Tensor):
         self.tables = tables
@@ -349,6 +350,9 @@ class TableRows:
         for i, tb in enumerate(tables):
             if self.written[i] != tb:
                 self.tables[i, :len(tb)].copy_(to_device(tb, self.tables.device))
+                old = len(self.written[i] or ())
+                if old > len(tb):  # a longer table was here: its pages are another sequence's
+                    self.tables[i, len(tb):old].fill_(self.trash)
                 self.written[i] = list(tb)
         for i in range(len(tables), pad_to):  # padding rows of a propose tier point at the trash page
             if self.written[i] is not None:
