@@ -16,6 +16,7 @@ class Tokenizer:
             raise CheckpointError(f"{folder} has no tokenizer.json; pass token ids instead of text, "
                                   "or add the tokenizer files to the checkpoint folder")
         self._tok = HFTokenizer.from_file(str(folder / "tokenizer.json"))
+        self._byte_level = type(self._tok.decoder).__name__ == "ByteLevel"  # (token_bytes maps its pieces back)
         cfg_path = folder / "tokenizer_config.json"
         self.config = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
         self.chat_template = self.config.get("chat_template")
@@ -48,7 +49,7 @@ class Tokenizer:
         """The bytes one token stands for (byte-level BPE pieces mapped back to their bytes, which may be part of
         a character; other tokenizers through decode)."""
         piece = self._tok.id_to_token(token_id)
-        if piece is not None and type(self._tok.decoder).__name__ == "ByteLevel" and all(c in _BYTE_OF for c in piece):
+        if piece is not None and self._byte_level and all(c in _BYTE_OF for c in piece):
             return bytes(_BYTE_OF[c] for c in piece)
         return self.decode([token_id], skip_special_tokens=False).encode()
 
