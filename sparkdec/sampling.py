@@ -32,12 +32,25 @@ class SamplingParams:
     # (its logits' log-softmax, before temperature, top-k and top-p) and the k most likely tokens' (spec/logprobs.py)
     logprobs: int | None = None
     prompt_logprobs: int | None = None  # the same for each prompt token after the first (evaluation harnesses)
+    # logit processing (sparkdec/penalties.py), on the target's logits before the token is chosen, in this order:
+    # logit_bias ({token id: added to its logit}, [-100, 100]), repetition_penalty (vLLM's and HF's: a seen token's
+    # logit is divided by it when positive, multiplied when not; prompt and output tokens), frequency_penalty
+    # (minus it times the token's count in the output) and presence_penalty (minus it once the token is in the
+    # output), both in [-2, 2] as OpenAI's; then min_p (sampled requests: tokens whose probability after temperature
+    # is below min_p times the most likely one's are dropped, before top-k and top-p)
+    logit_bias: dict[int, float] | tuple[tuple[int, float], ...] = ()
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    min_p: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias or ()
+        object.__setattr__(self, "logit_bias", tuple(sorted((t, b) for t, b in bias)))  # hashable, in one order
         self.validate()
 
     def validate(self) -> None:
@@ -62,6 +75,23 @@ class SamplingParams:
                 bad(f"{name} must be an integer from 0 to {MAX_LOGPROBS} (the top alternatives per token), got {k!r}")
         if any(not s for s in self.stop):
             bad("stop strings must be non-empty")
+        self._validate_processing(bad)
+
+    def _validate_processing(self, bad) -> None:
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                bad(f"{name} must be in [-2, 2] (0 disables it), got {getattr(self, name)!r}")
+        if not 0.0 < self.repetition_penalty < float("inf"):
+            bad(f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}")
+        if not 0.0 <= self.min_p <= 1.0:
+            bad(f"min_p must be in [0, 1] (0 disables it), got {self.min_p!r}")
+        if len({t for t, _ in self.logit_bias}) < len(self.logit_bias):
+            bad("logit_bias names a token twice; give each token one bias")
+        for token, bias in self.logit_bias:
+            if not (isinstance(token, int) and token >= 0):
+                bad(f"logit_bias keys must be token ids (integers >= 0), got {token!r}")
+            if not -100.0 <= bias <= 100.0:
+                bad(f"logit_bias values must be in [-100, 100], got {bias!r} for token {token}")
 
     @property
     def greedy(self) -> bool:

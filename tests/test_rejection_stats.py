@@ -29,6 +29,9 @@ GAMMA = 3
 VOCAB = 12
 T1 = dict(temperature=1.0)
 FILTERED = dict(temperature=0.9, top_k=7, top_p=0.85)
+# logit processing (sparkdec/penalties.py): the output's history moves every next distribution
+PROCESSING = dict(repetition_penalty=1.6, presence_penalty=0.7, frequency_penalty=0.4, logit_bias={5: 1.5}, min_p=0.04)
+PROCESSED = dict(temperature=1.0, top_p=0.95, **PROCESSING)
 
 # ------------------------------------------------------------------------------------------ statistics
 
@@ -136,6 +139,23 @@ def filtered_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top
     return p
 
 
+def processed_logits(logits: torch.Tensor, prompt: list[int], output: list[int], temperature: float,
+                     repetition_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                     logit_bias: dict | None = None, min_p: float = 0.0) -> torch.Tensor:
+    """The logits a request's processing leaves (written here from vLLM's and OpenAI's definitions, float64): bias,
+    repetition penalty over prompt and output, frequency and presence penalties over the output, then min_p's cut."""
+    x = logits.double().clone()
+    for t, b in (logit_bias or {}).items():
+        x[t] += b
+    for t in range(x.shape[0]):
+        count = output.count(t)
+        if count or t in prompt:
+            x[t] = x[t] / repetition_penalty if x[t] > 0 else x[t] * repetition_penalty
+        x[t] -= frequency_penalty * count + presence_penalty * (count > 0)
+    p = torch.softmax(x / temperature, -1)
+    return torch.where(p >= min_p * p.max(), x, torch.full_like(x, -math.inf))
+
+
 @torch.no_grad()
 def exact_distributions(target: Path, params: dict) -> dict:
     """{"t12": {(a, b): P}, "t3": {c: P}, "t4": {d: P}} by enumerating every prefix with the HF target."""
@@ -143,9 +163,15 @@ def exact_distributions(target: Path, params: dict) -> dict:
 
     model = Qwen3ForCausalLM.from_pretrained(str(target), dtype=torch.float32, attn_implementation="eager").eval()
 
+    filters = {k: v for k, v in params.items() if k not in PROCESSING}
+    processing = {k: v for k, v in params.items() if k in PROCESSING}
+
     def next_probs(prefixes: list[list[int]]) -> torch.Tensor:
         logits = model(input_ids=torch.tensor(prefixes)).logits[:, -1].float()
-        return torch.stack([filtered_probs(row, **params) for row in logits])  # [n, V]
+        if processing:
+            logits = torch.stack([processed_logits(row, PROMPT, prefix[len(PROMPT):], params["temperature"],
+                                                   **processing) for row, prefix in zip(logits, prefixes)])
+        return torch.stack([filtered_probs(row, **filters) for row in logits])  # [n, V]
 
     v = VOCAB
     p1 = next_probs([PROMPT])[0]
@@ -201,7 +227,8 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def exact(pair) -> dict:
-    return {"t1": exact_distributions(pair[0], T1), "filtered": exact_distributions(pair[0], FILTERED)}
+    return {"t1": exact_distributions(pair[0], T1), "filtered": exact_distributions(pair[0], FILTERED),
+            "processed": exact_distributions(pair[0], PROCESSED)}
 
 
 def generate(pair, draft: bool, accept_mode: str = "rejection", params: dict = T1, n: int = N,
@@ -282,6 +309,18 @@ def test_rejection_sampling_with_top_k_top_p(pair, exact):
     outs = generate(pair, draft=True, accept_mode="rejection", params=FILTERED)
     p = verdict(outs, exact["filtered"])
     assert min(p.values()) > ALPHA, p
+
+
+def test_logit_processing_in_both_modes(pair, exact):
+    """Penalties, bias and min_p (sparkdec/penalties.py) process each verify row with the drafts before it as
+    history: plain sampling and rejection sampling both follow the processed distribution, and exact mode equals
+    plain sampling token for token."""
+    assert exact["processed"]["t12"] != exact["t1"]["t12"]
+    plain = generate(pair, draft=False, params=PROCESSED)
+    for outs in (plain, generate(pair, draft=True, accept_mode="rejection", params=PROCESSED)):
+        p = verdict(outs, exact["processed"])
+        assert min(p.values()) > ALPHA, p
+    assert generate(pair, draft=True, accept_mode="exact", params=PROCESSED, n=N_EXACT) == plain[:N_EXACT]
 
 
 def test_rejection_sampling_with_confidence_threshold(pair, exact):

@@ -347,6 +347,25 @@ def test_logprobs_completions_and_chat_streamed_or_not(server):
     assert sum((p.token_logprobs for p in parts), []) == elp.token_logprobs
 
 
+def test_penalties_and_logit_bias(server, pair):
+    """Penalties and logit_bias reach the sampler: a bias of -100 on the greedy first token moves it; penalties change
+    a greedy text."""
+    from sparkdec.tokenizer import Tokenizer
+
+    client = server.client()
+    kw = dict(model=MODEL, prompt="def parse(line):\n", max_tokens=40, temperature=0)
+    plain = client.completions.create(**kw).choices[0].text
+    first = Tokenizer(pair[0]).encode(plain)[0]  # byte-level BPE: the text's first token is the first one generated
+    moved = client.completions.create(**kw, logit_bias={str(first): -100}).choices[0].text
+    assert moved and Tokenizer(pair[0]).encode(moved)[0] != first
+    assert client.completions.create(**kw, logit_bias={}).choices[0].text == plain
+    penalized = client.completions.create(**kw, frequency_penalty=2.0, presence_penalty=2.0).choices[0].text
+    assert penalized != plain
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                          temperature=0.7, seed=1, extra_body={"repetition_penalty": 1.2, "min_p": 0.1})
+    assert chat.choices[0].message.content is not None
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
@@ -365,9 +384,12 @@ def test_bad_inputs_get_status_and_message(server):
         ({**ok, "best_of": 3}, 400, "best_of must equal n"),
         ({**ok, "prompt": ["fine", ""]}, 400, "empty"),
         ({**ok, "logprobs": 21}, 400, "logprobs must be an integer from 0 to 20"),
-        ({**ok, "presence_penalty": 0.5}, 400, "presence_penalty is not supported"),
+        ({**ok, "presence_penalty": 2.5}, 400, "presence_penalty must be in [-2, 2]"),
+        ({**ok, "logit_bias": {"the": 1}}, 400, "logit_bias keys must be token ids"),
+        ({**ok, "logit_bias": {"99999999": 1}}, 400, "outside the vocabulary"),
+        ({**ok, "min_tokens": 3}, 400, "min_tokens is not supported"),
         ({**ok, "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
-        ({**ok, "frequency_penalty": 0, "logit_bias": {}, "some_future_field": 3}, 200, ""),  # no effect: accepted
+        ({**ok, "min_tokens": 0, "some_future_field": 3}, 200, ""),  # no effect: accepted
         ({**ok, "temperature": -1}, 400, "temperature"),
         ({**ok, "top_p": 0}, 400, "top_p"),
         ({**ok, "max_tokens": 0}, 400, "max_tokens"),

@@ -13,7 +13,7 @@ from sparkdec.engine.lookahead import Lookahead
 from sparkdec.engine.runner import ModelRunner
 from sparkdec.engine.scheduler import Scheduler
 from sparkdec.engine.sequence import Sequence
-from sparkdec.errors import InvalidPromptError, PromptTooLongError, SparkdecError
+from sparkdec.errors import InvalidPromptError, InvalidSamplingParamsError, PromptTooLongError, SparkdecError
 from sparkdec.sampling import SamplingParams, fused_sampler_on, kernel_sampler_on
 from sparkdec.spec.round import RoundRunner
 from sparkdec.spec.schedule import VerifyPolicy
@@ -155,6 +155,10 @@ class Engine:
                     request_id: str | None = None, trace: bool = False) -> Sequence:
         params = params or SamplingParams()
         params.validate()
+        outside = [t for t, _ in params.logit_bias if t >= self.target_cfg.vocab_size]
+        if outside:
+            raise InvalidSamplingParamsError(f"logit_bias names token ids {outside[:5]} outside the vocabulary "
+                                             f"(0..{self.target_cfg.vocab_size - 1}); drop them")
         ids = self.encode_prompt(prompt)
         eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,

@@ -18,6 +18,7 @@ import torch
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence, Status
+from sparkdec.penalties import processes
 from sparkdec.sampling import fused_sampler_on
 from sparkdec.spec.commit import commit_tokens
 
@@ -43,12 +44,12 @@ class Lookahead:
     def takes(self, batch: Batch, speculating) -> bool:
         """Does this batch decode one step ahead (decode-only, plain, every sequence in the pending step; sampled
         rows only with the ordinary sampler: the fused one draws each sequence's rows in a call of its own; no
-        log-probabilities)?"""
+        log-probabilities or logit processing)?"""
         if batch.prefill or not batch.decode:
             return False
         if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) or s.logprobs is not None
-               for s in batch.decode):  # (a step ahead reads no logits: log-probabilities take the round)
-            return False
+               or processes(s.params) for s in batch.decode):
+            return False  # (a step ahead reads no logits: log-probabilities and logit processing take the round)
         return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)
 
     def step(self, batch: Batch) -> list[Sequence]:

@@ -42,6 +42,11 @@ class LogitRows:
         return self.logits[torch.tensor(self.index, device=self.logits.device)]
 
 
+def rows_tensor(logits) -> torch.Tensor:
+    """Logit rows as one [R, V] tensor, whether a tensor or LogitRows."""
+    return logits.tensor() if isinstance(logits, LogitRows) else logits
+
+
 class ModelRunner:
     def __init__(self, target, target_cfg, drafter=None, draft_cfg=None, *, num_pages: int, page_size: int,
                  max_positions: int, device):

@@ -31,8 +31,7 @@ class StreamOptions(BaseModel):
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
 UNSUPPORTED = {
-    "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None), "repetition_penalty": (1, 1.0, None),
-    "min_p": (0, 0.0, None), "logit_bias": (None, {}), "response_format": (None, {"type": "text"}),
+    "response_format": (None, {"type": "text"}),
     "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
     "min_tokens": (0, None), "bad_words": (None, []),
 }
@@ -55,6 +54,11 @@ class _Common(BaseModel):
     user: str | None = None
     # sparkdec / vLLM extra body fields
     top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string, as OpenAI sends it) -> added to its logit
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     speculative: bool | None = None
@@ -78,7 +82,21 @@ class _Common(BaseModel):
             seed=self.seed, stop=self.stop, stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos, speculative=self.speculative, verify_len=self.verify_len,
             min_confidence=self.min_confidence, logprobs=self.logprob_count(),
-            prompt_logprobs=self.prompt_logprob_count())
+            prompt_logprobs=self.prompt_logprob_count(), logit_bias=self.token_biases(),
+            presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            min_p=self.min_p or 0.0)
+
+    def token_biases(self) -> dict[int, float]:
+        """logit_bias with its keys read as token ids."""
+        out = {}
+        for key, bias in (self.logit_bias or {}).items():
+            try:
+                out[int(key)] = bias
+            except ValueError:
+                raise RequestError(400, f"logit_bias keys must be token ids (e.g. \"50256\"), got {key!r}",
+                                   param="logit_bias") from None
+        return out
 
     def logprob_count(self) -> int | None:
         """None: no log-probabilities; k: each output token's and its k most likely alternatives' (the endpoints

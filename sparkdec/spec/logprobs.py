@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from sparkdec.engine.runner import rows_tensor
 from sparkdec.engine.sequence import Sequence
 
 
@@ -32,12 +33,12 @@ class RoundScores:
     def output(self, seq: Sequence, logits, tokens: list[int]) -> None:
         """tokens: the sequence's newly committed ones; logits: their rows (a tensor or the runner's LogitRows)."""
         if seq.logprobs is not None and tokens:
-            self.items.append((seq.logprobs, _tensor(logits)[:len(tokens)], tokens, seq.params.logprobs))
+            self.items.append((seq.logprobs, rows_tensor(logits)[:len(tokens)], tokens, seq.params.logprobs))
 
     def prompt(self, seq: Sequence, logits, lo: int, hi: int) -> None:
         """Prompt tokens lo + 1 .. hi, from the rows of positions lo .. hi - 1."""
         if hi > lo:
-            self.items.append((seq.prompt_logprobs, _tensor(logits), seq.prompt_ids[lo + 1:hi + 1],
+            self.items.append((seq.prompt_logprobs, rows_tensor(logits), seq.prompt_ids[lo + 1:hi + 1],
                                seq.params.prompt_logprobs))
 
     def flush(self) -> None:
@@ -61,7 +62,3 @@ def prompt_rows(seq: Sequence, a: int, b: int) -> tuple[int, int]:
         return a, a
     lo = max(a, len(seq.prompt_logprobs) - 1)
     return lo, max(lo, min(b, len(seq.prompt_ids) - 1))
-
-
-def _tensor(logits) -> torch.Tensor:
-    return logits.tensor() if hasattr(logits, "tensor") else logits

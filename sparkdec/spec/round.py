@@ -12,7 +12,8 @@ from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
-from sparkdec.spec import coupling, logprobs
+from sparkdec.penalties import processes
+from sparkdec.spec import coupling, logprobs, processed
 from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy, batch_verify_lengths, survivals
@@ -79,12 +80,24 @@ class RoundRunner:
         """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
         the ordinary sampler) and read back with it, in place of their argmax?"""
         return (DEVICE_DRAWS and not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
-                and not fused_sampler_on())
+                and not fused_sampler_on() and not processes(seq.params))
 
-    def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int):
+    def _drawn_after(self, seq: Sequence) -> bool:
+        """Are this sequence's processed rows (penalties.py) drawn in one batch after the readback (greedy, or
+        exact-sampled with the ordinary sampler) rather than accepted one row at a time?"""
+        return seq.params.greedy or (self.accept_mode == "exact" and not fused_sampler_on())
+
+    def accept(self, seq: Sequence, logits: torch.Tensor, argmax: list[int], drafts: list[int], z, row: int,
+               rows: torch.Tensor | None = None, picks: list[int] | None = None):
+        """The tokens a sequence commits. rows, picks: a logit-processing sequence's processed rows and, when they
+        were drawn after the readback, their tokens (spec/processed.py)."""
         s = seq.anchor_position
         if self.simulate is not None:
             return self.simulate.accept(argmax, drafts)
+        if picks is not None:
+            return accept_greedy(picks, drafts)
+        if rows is not None:
+            logits = rows
         if seq.params.greedy or self._device_draws(seq):  # argmax: the drawn tokens for device-drawn rows
             return accept_greedy(argmax, drafts)
         if self.accept_mode == "rejection" and drafts:
@@ -165,7 +178,8 @@ class RoundRunner:
             spans.append((seq, len(logit_rows), ell + 1, i))
             logit_rows.extend(range(start, start + ell + 1))
             if drawn:  # row k (position s + k) draws the token at s + k + 1
-                draws += [(seq.params, seq.seed, s + k + 1) for k in range(ell + 1)]
+                p = seq.params if seq.params.greedy or self._device_draws(seq) else GREEDY
+                draws += [(p, seq.seed, s + k + 1) for k in range(ell + 1)]
             start += ell + 1
         # a preempted sequence's generated rows, recomputed: placed with the decode rows (the attention they had)
         regenerated = [(seq, a, b) for seq, a, b in batch.prefill if a >= len(seq.prompt_ids)]
@@ -201,9 +215,12 @@ class RoundRunner:
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
         touched, scores = [], logprobs.RoundScores()
+        rows = processed.process_spans(spans, logits, drafts) if self.simulate is None else {}
+        picks = processed.drawn_tokens(spans, rows, self._drawn_after)
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
-            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i)
+            tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
+                                 picks.get(id(seq)))
             s = seq.anchor_position
             committed = commit_tokens(seq, tokens, self.decode)
             if seq.logprobs is not None:
@@ -216,8 +233,12 @@ class RoundRunner:
             scores.prompt(seq, logits[r:r + hi - lo], lo, hi)
         for seq, r in prefill_done:
             # greedy: the round's readback already holds the argmax (no extra device read)
-            token = argmax[r] if seq.params.greedy else sample_token(logits[r], seq.params, seq.seed,
-                                                                     len(seq.prompt_ids))
+            if processes(seq.params):
+                token = processed.first_token(seq, logits[r:r + 1], sample_token)
+            elif seq.params.greedy:
+                token = argmax[r]
+            else:
+                token = sample_token(logits[r], seq.params, seq.seed, len(seq.prompt_ids))
             commit_tokens(seq, [token], self.decode)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r:r + 1], [token])
@@ -233,7 +254,8 @@ class RoundRunner:
         greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
         length waits for the confidences."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
-                and all(s.params.greedy or (self._device_draws(s) and not self._coupled(s)) for s in spec)
+                and all((s.params.greedy and not processes(s.params)) or (self._device_draws(s) and not self._coupled(s))
+                        for s in spec)
                 and not any(self.policy_for(s).min_confidence for s in spec) and not self._batched(spec))
 
     def _propose_ahead(self, spec: list[Sequence], spans, drafts_dev):

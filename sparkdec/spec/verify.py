@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from sparkdec.engine.runner import LogitRows
+from sparkdec.engine.runner import LogitRows, rows_tensor
 from sparkdec.sampling import (STREAM_ACCEPT, STREAM_RESIDUAL, STREAM_TARGET, SamplingParams, fused, fused_rows,
                                processed_probs, sample_from, sample_token, uniform_noise)
 
@@ -27,7 +27,7 @@ def accept_exact(logits: torch.Tensor, drafts: list[int], params: SamplingParams
     in one batch cost more on the H200, kernels_h200_2026-11-30_session6_sampled.json); the fused sampler draws
     them all in one call."""
     if fused(logits.logits if isinstance(logits, LogitRows) else logits):
-        rows = logits.tensor() if isinstance(logits, LogitRows) else logits
+        rows = rows_tensor(logits)
         return accept_greedy(fused_rows(rows[:len(drafts) + 1], params, seed, s + 1).tolist(), drafts)
     out = []
     for k in range(len(drafts) + 1):

@@ -1,0 +1,66 @@
+"""Logit processing a request asks for (logit_bias, repetition / frequency / presence penalties, min_p): the target's
+logit rows rewritten before a token is chosen from them.
+
+Row k of a sequence's verify chooses the token after prompt + output + drafts[:k], so it is processed with that history;
+if those drafts are accepted, it is the history plain decoding has at that position, and plain decoding processes its
+one row with the same function. Every operation is per element or an exact per-row maximum, so a row's bits do not
+depend on how many rows or sequences are processed with it: speculative output stays equal to plain output.
+"""
+from __future__ import annotations
+
+import torch
+
+from sparkdec.sampling import SamplingParams
+
+
+def processes(params: SamplingParams) -> bool:
+    """Does this request rewrite its logits (min_p only when it samples: greedy decoding keeps the most likely token,
+    which min_p never drops)?"""
+    return bool(params.logit_bias or params.repetition_penalty != 1.0 or params.frequency_penalty
+                or params.presence_penalty or (params.min_p > 0.0 and not params.greedy))
+
+
+def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
+                   drafts: list[int]) -> torch.Tensor:
+    """logits [n, V] of rows that choose the tokens after output_ids + drafts[:k] (k = 0 .. n - 1; drafts has at least
+    n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor)."""
+    x = logits.float().clone()  # [n, V]
+    n, vocab = x.shape
+    if params.logit_bias:
+        ids = torch.tensor([t for t, _ in params.logit_bias], device=x.device)
+        x[:, ids] += torch.tensor([b for _, b in params.logit_bias], dtype=torch.float32, device=x.device)
+    if params.repetition_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
+        counts = history_counts(output_ids, drafts[:n - 1], n, vocab, x.device)  # [n, V]
+        if params.repetition_penalty != 1.0:
+            seen = (counts > 0) | token_mask(prompt_ids, vocab, x.device)[None, :]
+            rp = params.repetition_penalty
+            x = torch.where(seen, torch.where(x > 0, x / rp, x * rp), x)
+        if params.frequency_penalty:
+            x = x - params.frequency_penalty * counts
+        if params.presence_penalty:
+            x = x - params.presence_penalty * (counts > 0).float()
+    if params.min_p > 0.0 and not params.greedy:
+        scaled = x / params.temperature  # p_i / p_max = exp(scaled_i - max)
+        ratio = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
+        x = x.masked_fill(ratio < params.min_p, float("-inf"))  # the most likely token (ratio 1) always stays
+    return x
+
+
+def history_counts(output_ids: list[int], drafts: list[int], n: int, vocab: int, device) -> torch.Tensor:
+    """[n, V] float32 (exact integers): row k counts each token in output_ids + drafts[:k]."""
+    counts = torch.zeros(n, vocab, device=device)
+    if output_ids:
+        counts += torch.bincount(torch.tensor(output_ids, device=device), minlength=vocab).float()  # [V] to each row
+    if drafts:
+        steps = torch.zeros(n, vocab, device=device)
+        steps[torch.arange(1, len(drafts) + 1, device=device), torch.tensor(drafts, device=device)] = 1.0
+        counts += steps.cumsum(dim=0)  # row k: drafts 0 .. k - 1
+    return counts
+
+
+def token_mask(ids: list[int], vocab: int, device) -> torch.Tensor:
+    """bool [V]: which tokens occur in ids."""
+    mask = torch.zeros(vocab, dtype=torch.bool, device=device)
+    if ids:
+        mask[torch.tensor(ids, device=device)] = True
+    return mask

@@ -1,0 +1,42 @@
+"""A round's rows for requests that process their logits (penalties.py): each sequence's rows processed with its
+history, then the tokens of those whose acceptance the round can draw in one batch (greedy, or exact-sampled with the
+ordinary sampler), read back together."""
+from __future__ import annotations
+
+import torch
+
+from sparkdec.engine.runner import rows_tensor
+from sparkdec.penalties import processed_rows, processes
+from sparkdec.sampling import draw_tokens
+
+
+def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
+    """spans: (seq, first logit row, rows, speculating index or None) -> id(seq) -> its rows processed [n, V], for
+    the sequences that process their logits."""
+    out = {}
+    for seq, r0, n, i in spans:
+        if processes(seq.params):
+            ver = drafts[i][:n - 1] if i is not None else []
+            out[id(seq)] = processed_rows(rows_tensor(logits[r0:r0 + n]), seq.params, seq.prompt_ids,
+                                          seq.output_ids, ver)
+    return out
+
+
+def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, list[int]]:
+    """id(seq) -> the token each of its processed rows chooses (sampling.draw_tokens: the argmax, or the race plain
+    sampling runs), for the sequences with processed rows for which batched(seq) holds; one device->host read."""
+    picked = [(seq, n) for seq, _, n, _ in spans if id(seq) in rows and batched(seq)]
+    if not picked:
+        return {}
+    draws = [(seq.params, seq.seed, seq.anchor_position + k + 1) for seq, n in picked for k in range(n)]
+    tokens = draw_tokens(torch.cat([rows[id(seq)] for seq, _ in picked]), draws).tolist()  # [sum n]
+    out, at = {}, 0
+    for seq, n in picked:
+        out[id(seq)], at = tokens[at:at + n], at + n
+    return out
+
+
+def first_token(seq, row: torch.Tensor, sample) -> int:
+    """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token)."""
+    x = processed_rows(rows_tensor(row), seq.params, seq.prompt_ids, [], [])
+    return sample(x[0], seq.params, seq.seed, len(seq.prompt_ids))

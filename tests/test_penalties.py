@@ -1,0 +1,134 @@
+"""Logit processing (logit_bias, repetition / frequency / presence penalties, min_p): against a direct reference and
+Hugging Face transformers, and unchanged by speculation."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sparkdec import LLM, SamplingParams
+from sparkdec.engine.llm_engine import DEFAULT_PAIR
+from sparkdec.errors import InvalidSamplingParamsError
+from sparkdec.penalties import processed_rows, processes
+
+PROMPTS = [[1, 5, 9, 33, 2, 7, 100, 4], [17, 3, 250, 250, 11, 90, 8, 8, 8, 1, 2, 3, 45, 6, 77, 120, 5]]
+SHIPPED = (DEFAULT_PAIR / "draft" / "config.json").is_file()
+
+
+def _reference_row(logits: list[float], params: SamplingParams, prompt: list[int], history: list[int]) -> list[float]:
+    """One row processed token by token in Python floats, as the parameters' documentation reads."""
+    x = list(logits)
+    for t, b in params.logit_bias:
+        x[t] += b
+    for t in range(len(x)):
+        count = history.count(t)
+        if count or t in prompt:
+            rp = params.repetition_penalty
+            x[t] = x[t] / rp if x[t] > 0 else x[t] * rp
+        x[t] -= params.frequency_penalty * count + params.presence_penalty * (count > 0)
+    if params.min_p and not params.greedy:
+        top = max(x) / params.temperature
+        x = [v if math.exp(v / params.temperature - top) >= params.min_p else -math.inf for v in x]
+    return x
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(repetition_penalty=1.7),
+    SamplingParams(frequency_penalty=0.6, presence_penalty=-0.4, logit_bias={3: 5.0, 40: -100.0}),
+    SamplingParams(temperature=0.7, min_p=0.2, repetition_penalty=0.8, presence_penalty=1.5),
+])
+def test_processed_rows_match_a_direct_reference(params):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 50, generator=gen) * 3  # [n, V]: rows after output + drafts[:k], k = 0 .. 3
+    prompt, output, drafts = [1, 2, 2, 30], [5, 7, 5, 2], [7, 9, 9]
+    got = processed_rows(logits, params, prompt, output, drafts)
+    for k in range(4):
+        ref = torch.tensor(_reference_row(logits[k].tolist(), params, prompt, output + drafts[:k]))
+        assert torch.equal(torch.isinf(got[k]), torch.isinf(ref))
+        finite = torch.isfinite(ref)
+        torch.testing.assert_close(got[k][finite], ref[finite].float(), atol=1e-5, rtol=1e-6)
+    # each row's bits are the ones it gets processed alone (plain decoding processes one row at a time)
+    for k in range(4):
+        alone = processed_rows(logits[k:k + 1], params, prompt, output + drafts[:k], [])
+        assert torch.equal(alone[0], got[k])
+
+
+def test_greedy_with_repetition_penalty_and_bias_matches_transformers(targets):
+    from transformers import AutoModelForCausalLM
+
+    path = targets["untied_mha"]
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    params = SamplingParams(max_tokens=40, ignore_eos=True, repetition_penalty=1.8, logit_bias={77: 2.5})
+    outs = LLM(model=str(path), device="cpu").generate(PROMPTS, params)
+    plain = LLM(model=str(path), device="cpu").generate(PROMPTS, SamplingParams(max_tokens=40, ignore_eos=True))
+    for prompt, out, base in zip(PROMPTS, outs, plain):
+        ref = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=40, min_new_tokens=40,
+                          repetition_penalty=1.8, sequence_bias={(77,): 2.5},
+                          attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+        assert out.token_ids == ref[0, len(prompt):].tolist()
+        assert out.token_ids != base.token_ids  # the processing changed the output
+
+
+def test_min_p_keeps_only_tokens_near_the_top(targets):
+    path = targets["untied_mha"]
+    llm = LLM(model=str(path), device="cpu")
+    prompt = PROMPTS[0]
+    eng = llm.engine
+    eng.blocks.reserve(table := [], len(prompt))
+    hidden, _ = eng.runner.target_forward([(table, prompt, list(range(len(prompt))))])
+    probs = torch.softmax(eng.runner.logits(hidden[-1:])[0] / 1.5, dim=-1)
+    allowed = set(torch.nonzero(probs >= 0.5 * probs.max()).flatten().tolist())
+    def drawn(min_p: float) -> set[int]:
+        return {llm.generate([prompt], SamplingParams(max_tokens=1, temperature=1.5, min_p=min_p, seed=s))[0].token_ids[0]
+                for s in range(40)}
+
+    kept = drawn(0.5)
+    assert kept <= allowed and len(kept) > 1
+    assert not drawn(0.0) <= allowed  # without min_p the same seeds draw tokens it drops
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_tokens=56, ignore_eos=True, repetition_penalty=1.3, logit_bias={10: 2.0}),
+    SamplingParams(max_tokens=56, ignore_eos=True, presence_penalty=0.8, frequency_penalty=0.5),
+    SamplingParams(max_tokens=56, ignore_eos=True, temperature=0.8, seed=5, min_p=0.1, presence_penalty=0.5),
+])
+def test_speculation_leaves_processed_output_unchanged(params):
+    prompts = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "]
+    plain = LLM(draft=None, speculative=False).generate(prompts, params)
+    spec = LLM().generate(prompts, params)
+    base = LLM().generate(prompts, SamplingParams(max_tokens=56, ignore_eos=True, temperature=params.temperature,
+                                                  seed=params.seed))
+    for a, b, c in zip(plain, spec, base):
+        assert b.stats["num_accepted_tokens"] > 0  # verify rows with drafts in their history were processed
+        assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
+def test_processed_and_plain_requests_share_a_batch():
+    prompts = ["def parse(line):\n", "class Stack:\n", "import os\n"]
+    each = [SamplingParams(max_tokens=40, ignore_eos=True, frequency_penalty=1.0),
+            SamplingParams(max_tokens=40, ignore_eos=True),
+            SamplingParams(max_tokens=40, ignore_eos=True, temperature=0.9, seed=2, logit_bias={13: -100.0})]
+    llm = LLM()
+    together = llm.generate(prompts, each)
+    for prompt, p, out in zip(prompts, each, together):
+        assert out.token_ids == llm.generate([prompt], p)[0].token_ids
+    assert 13 not in together[2].token_ids
+
+
+def test_processing_parameters_are_checked():
+    assert not processes(SamplingParams(min_p=0.3))  # greedy: min_p never drops the most likely token
+    assert processes(SamplingParams(temperature=1.0, min_p=0.3))
+    for bad, match in [({"presence_penalty": 2.5}, "presence_penalty must be in"),
+                       ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
+                       ({"min_p": 1.5}, "min_p must be in"),
+                       ({"logit_bias": {5: 101.0}}, "logit_bias values must be in"),
+                       ({"logit_bias": {-1: 1.0}}, "logit_bias keys must be token ids"),
+                       ({"logit_bias": ((4, 1.0), (4, 2.0))}, "names a token twice")]:
+        with pytest.raises(InvalidSamplingParamsError, match=match):
+            SamplingParams(**bad)
+    llm = LLM(draft=None)
+    with pytest.raises(InvalidSamplingParamsError, match="outside the vocabulary"):
+        llm.generate([[3, 4, 5]], SamplingParams(logit_bias={10 ** 7: 1.0}))
