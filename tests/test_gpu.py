@@ -688,6 +688,19 @@ def test_bf16_logprobs_equal_with_speculation_on_and_off():
     assert all(len(lp) == 120 for _, lp, _ in runs[0])
 
 
+def test_bf16_logit_processing_equal_with_speculation_on_and_off():
+    """Penalties, logit_bias and min_p (sparkdec/penalties.py) on graphed bf16 verify rows, each processed with the
+    drafts before it, give plain decoding's tokens, greedy and sampled, next to requests that process nothing."""
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n"]
+    params = [SamplingParams(max_tokens=120, ignore_eos=True, repetition_penalty=1.2, logit_bias={13: 1.5}),
+              SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, seed=5, min_p=0.05,
+                             presence_penalty=0.6, frequency_penalty=0.3),
+              SamplingParams(max_tokens=120, ignore_eos=True)]
+    runs = [[o.token_ids for o in LLM(device="cuda", dtype="bfloat16", speculative=spec).generate(prompts, params)]
+            for spec in (True, False)]
+    assert runs[0] == runs[1]
+
+
 def test_prefix_cache_gives_the_cold_cache_tokens_with_graphs():
     """Prompts that begin with cached prompt pages (engine/prefix_cache.py) start their prefill after them and emit
     the tokens a cold cache gives, bit for bit: prompt rows do not depend on chunking (tiny pair, bf16, graphs)."""
