@@ -8,6 +8,7 @@ import torch
 
 from sparkdec.env import flag
 from sparkdec.errors import InvalidSamplingParamsError
+from sparkdec.guided import Guided
 from sparkdec.staging import to_device
 
 
@@ -43,6 +44,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     min_p: float = 0.0
+    # guided decoding (sparkdec/guided.py): the output follows JSON (a schema), a regex, a choice or a grammar
+    guided: Guided | dict | None = None
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -51,6 +54,8 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias or ()
         object.__setattr__(self, "logit_bias", tuple(sorted((t, b) for t, b in bias)))  # hashable, in one order
+        if isinstance(self.guided, dict):
+            object.__setattr__(self, "guided", Guided(**self.guided))
         self.validate()
 
     def validate(self) -> None:
@@ -85,6 +90,8 @@ class SamplingParams:
             bad(f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}")
         if not 0.0 <= self.min_p <= 1.0:
             bad(f"min_p must be in [0, 1] (0 disables it), got {self.min_p!r}")
+        if self.guided is not None and self.ignore_eos:
+            bad("ignore_eos cannot be combined with guided decoding: the grammar ends the output with a stop token")
         if len({t for t, _ in self.logit_bias}) < len(self.logit_bias):
             bad("logit_bias names a token twice; give each token one bias")
         for token, bias in self.logit_bias:

@@ -53,6 +53,19 @@ class Tokenizer:
             return bytes(_BYTE_OF[c] for c in piece)
         return self.decode([token_id], skip_special_tokens=False).encode()
 
+    @property
+    def byte_level(self) -> bool:
+        """Are pieces byte-level BPE's (GPT-2's printable stand-ins for bytes)?"""
+        return self._byte_level
+
+    def vocab(self) -> dict[str, int]:
+        """Every piece (added tokens too) -> its id."""
+        return self._tok.get_vocab(with_added_tokens=True)
+
+    def special_ids(self) -> list[int]:
+        """Ids of the special added tokens (<|im_end|> and the like)."""
+        return [i for i, t in self._tok.get_added_tokens_decoder().items() if t.special]
+
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 

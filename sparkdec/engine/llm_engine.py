@@ -13,6 +13,7 @@ from sparkdec.engine.lookahead import Lookahead
 from sparkdec.engine.runner import ModelRunner
 from sparkdec.engine.scheduler import Scheduler
 from sparkdec.engine.sequence import Sequence
+from sparkdec.guided import GuideCompiler
 from sparkdec.errors import InvalidPromptError, InvalidSamplingParamsError, PromptTooLongError, SparkdecError
 from sparkdec.sampling import SamplingParams, fused_sampler_on, kernel_sampler_on
 from sparkdec.spec.round import RoundRunner
@@ -88,6 +89,7 @@ class Engine:
         self.device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.target, self.target_cfg, self.drafter, self.draft_cfg, self.tokenizer = models or load_models(cfg, self.device)
         self.max_model_len = cfg.max_model_len or self.target_cfg.max_position_embeddings
+        self.guides = GuideCompiler(self.tokenizer, self.target_cfg.vocab_size)  # guided decoding, built on first use
         gamma = self.draft_cfg.block_size if self.draft_cfg else 0
         num_pages = self._num_pages(cfg)
         self.blocks = BlockManager(num_pages, cfg.page_size)
@@ -161,12 +163,14 @@ class Engine:
                                              f"(0..{self.target_cfg.vocab_size - 1}); drop them")
         ids = self.encode_prompt(prompt)
         eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
+        guide = self.guides.matcher(params.guided, eos + params.stop_token_ids) if params.guided else None
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
                        seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
                        rounds=[] if trace else None, arrival=time.perf_counter(),
                        logprobs=[] if params.logprobs is not None else None,
                        prompt_logprobs=[(ids[0], None, ())] if params.prompt_logprobs is not None else None)
         seq.spec.block_size = self.block_size
+        seq.guide = guide
         self.scheduler.add(seq)
         return seq
 

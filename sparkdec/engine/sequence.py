@@ -97,6 +97,7 @@ class Sequence:
     preemptions: int = 0  # times the scheduler took this sequence's pages back (engine/scheduler.py)
     page_keys: list[bytes] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
+    guide: object | None = None  # guided decoding's matcher (guided.Matcher), advanced by each committed token
 
     @property
     def num_tokens(self) -> int:
@@ -143,6 +144,8 @@ class Sequence:
     def append(self, token: int) -> bool:
         """Commit one token; returns True when it ends the sequence (EOS, stop id, length)."""
         self.output_ids.append(token)
+        if self.guide is not None:
+            self.guide.accept(token)
         p = self.params
         if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_ids):
             self.finish_reason = "stop"

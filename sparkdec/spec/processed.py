@@ -17,8 +17,9 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
     for seq, r0, n, i in spans:
         if processes(seq.params):
             ver = drafts[i][:n - 1] if i is not None else []
-            out[id(seq)] = processed_rows(rows_tensor(logits[r0:r0 + n]), seq.params, seq.prompt_ids,
-                                          seq.output_ids, ver)
+            rows = rows_tensor(logits[r0:r0 + n])
+            allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
+            out[id(seq)] = processed_rows(rows, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed)
     return out
 
 
@@ -38,5 +39,7 @@ def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, lis
 
 def first_token(seq, row: torch.Tensor, sample) -> int:
     """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token)."""
-    x = processed_rows(rows_tensor(row), seq.params, seq.prompt_ids, [], [])
+    row = rows_tensor(row)
+    allowed = seq.guide.allowed([], 1, row.device) if seq.guide is not None else None
+    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed)
     return sample(x[0], seq.params, seq.seed, len(seq.prompt_ids))

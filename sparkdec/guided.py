@@ -1,0 +1,139 @@
+"""Guided decoding (structured outputs): JSON (any, or following a schema), a regex, one of given strings or an EBNF
+grammar, enforced by xgrammar. A request's matcher follows its committed tokens; a round asks it which tokens each
+verify row allows, advancing it through the drafts before that row and rolling back, so a verify row gets the very
+mask plain decoding gets at that position (penalties.processed_rows applies it)."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import torch
+
+from sparkdec.errors import InvalidSamplingParamsError
+
+
+@dataclass(frozen=True)
+class Guided:
+    """Exactly one of: json (True: any JSON object or array; a schema as a dict or JSON text), regex, choice (the
+    output is one of these strings), grammar (EBNF in xgrammar's dialect, rule `root`). any_whitespace (JSON only):
+    whitespace may be any run between JSON's tokens, as vLLM's default; False: `, ` and `: ` only, for models that
+    loop on whitespace (vLLM's disable_any_whitespace)."""
+    json: bool | str | None = None
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    grammar: str | None = None
+    any_whitespace: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.json, dict):
+            # hashable; keys keep their order (the grammar emits properties in the schema's order)
+            object.__setattr__(self, "json", json.dumps(self.json))
+        if self.choice is not None:
+            object.__setattr__(self, "choice", tuple(self.choice))
+        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) not in (None, False)]
+        if len(given) != 1:
+            raise InvalidSamplingParamsError(f"guided decoding takes exactly one of json, regex, choice, grammar; "
+                                             f"got {', '.join(given) or 'none'}")
+        if self.choice is not None and (not self.choice or not all(isinstance(c, str) and c for c in self.choice)):
+            raise InvalidSamplingParamsError("guided choice must be a non-empty list of non-empty strings")
+
+
+class GuideCompiler:
+    """One engine's grammar compiler (xgrammar, built on first use from its tokenizer), with compiled grammars
+    cached by xgrammar."""
+
+    def __init__(self, tokenizer, vocab_size: int):
+        self.tokenizer, self.vocab_size = tokenizer, vocab_size
+        self._compiler = None
+
+    def matcher(self, guided: Guided, stop_ids: tuple[int, ...]) -> "Matcher":
+        return Matcher(self.compile(guided), stop_ids, self.vocab_size)
+
+    def compile(self, guided: Guided):
+        compiler = self._get()
+        try:
+            if guided.json is True and guided.any_whitespace:
+                return compiler.compile_builtin_json_grammar()
+            if guided.json is not None:  # (schema {} is any JSON value)
+                schema = "{}" if guided.json is True else guided.json
+                return compiler.compile_json_schema(schema, any_whitespace=guided.any_whitespace)
+            if guided.regex is not None:
+                return compiler.compile_regex(guided.regex)
+            if guided.choice is not None:
+                return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c, ensure_ascii=False)
+                                                                         for c in guided.choice))
+            return compiler.compile_grammar(guided.grammar)
+        except RuntimeError as e:  # xgrammar: "[time] file.cc:line: message"
+            kind = next(k for k in ("json", "regex", "choice", "grammar") if getattr(guided, k) not in (None, False))
+            message = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", str(e).strip())
+            raise InvalidSamplingParamsError(f"the guided {kind} does not compile: {message}") from None
+
+    def _get(self):
+        if self._compiler is None:
+            if self.tokenizer is None:
+                raise InvalidSamplingParamsError("guided decoding needs the model's tokenizer (tokenizer.json)")
+            try:
+                import xgrammar as xgr
+            except ImportError:
+                raise InvalidSamplingParamsError("guided decoding needs xgrammar: pip install xgrammar") from None
+            self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1)
+        return self._compiler
+
+
+def token_info(tokenizer, vocab_size: int):
+    """xgrammar's view of the vocabulary: each id's piece (byte-level pieces as the tokenizer stores them); special
+    tokens and ids past the tokenizer's vocabulary as empty pieces, which xgrammar never lets a grammar emit."""
+    import xgrammar as xgr
+
+    vocab = tokenizer.vocab()
+    pieces = [""] * vocab_size
+    for piece, i in vocab.items():
+        if i < vocab_size:
+            pieces[i] = piece
+    for i in tokenizer.special_ids():
+        if i < vocab_size:
+            pieces[i] = ""
+    kind = (xgr.VocabType.BYTE_LEVEL if tokenizer.byte_level else
+            xgr.VocabType.BYTE_FALLBACK if "<0x0A>" in vocab else xgr.VocabType.RAW)  # (SentencePiece's byte pieces)
+    return xgr.TokenizerInfo(pieces, kind, vocab_size=vocab_size, stop_token_ids=list(tokenizer.eos_token_ids) or None)
+
+
+class Matcher:
+    """A request's grammar state: advanced by each committed token (Sequence.append)."""
+
+    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int):
+        import xgrammar as xgr
+
+        self._m = xgr.GrammarMatcher(compiled, override_stop_tokens=list(stop_ids) or None)
+        self.vocab_size = vocab_size
+        self._bits = None
+
+    def accept(self, token: int) -> None:
+        """A committed token: one a mask allowed, so the grammar takes it (a stop token ends the grammar)."""
+        if not self._m.is_terminated() and not self._m.accept_token(token):
+            raise RuntimeError(f"guided decoding: the grammar refused committed token {token}")
+
+    def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor:
+        """bool [n, V]: row k's allowed tokens after the committed tokens and drafts[:k]. Rows past a draft the
+        grammar refuses (or past its end) allow every token: their tokens are never committed (the row before
+        cannot choose that draft). The matcher is left where it was."""
+        import xgrammar as xgr
+
+        if self._bits is None or self._bits.shape[0] < n:
+            self._bits = xgr.allocate_token_bitmask(max(n, 8), self.vocab_size)  # int32 [rows, ceil(V / 32)]
+        bits = self._bits[:n]
+        bits.fill_(-1)  # every bit set: every token allowed
+        taken = 0
+        for k in range(n):
+            if self._m.is_terminated():
+                break
+            self._m.fill_next_token_bitmask(self._bits, k)
+            if k == n - 1 or not self._m.accept_token(drafts[k]):
+                break
+            taken += 1
+        if taken:
+            self._m.rollback(taken)
+        words = bits.to(device)  # [n, W]
+        shifts = torch.arange(32, dtype=torch.int32, device=device)
+        return (((words[:, :, None] >> shifts) & 1) != 0).reshape(n, -1)[:, :self.vocab_size]  # [n, W * 32] -> [n, V]

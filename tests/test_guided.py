@@ -1,0 +1,116 @@
+"""Guided decoding (sparkdec/guided.py): outputs follow the JSON schema, regex, choice or grammar, each verify row is
+masked as plain decoding masks that position, and bad specs get clear errors."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from sparkdec import LLM, SamplingParams
+from sparkdec.engine.llm_engine import DEFAULT_PAIR
+from sparkdec.errors import InvalidSamplingParamsError
+from sparkdec.guided import Guided
+
+pytest.importorskip("xgrammar")
+pytestmark = pytest.mark.skipif(not (DEFAULT_PAIR / "draft" / "config.json").is_file(), reason="no shipped pair")
+
+PROMPTS = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    ", "The answer is"]
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "line": {"type": "integer", "minimum": 0, "maximum": 999}, "ok": {"type": "boolean"}},
+          "required": ["name", "line", "ok"], "additionalProperties": False}
+GUIDES = [Guided(json=SCHEMA, any_whitespace=False),  # (the shipped code model loops on any whitespace)
+          Guided(regex=r"[a-z_]{1,12}\(\d{1,3}\)"), Guided(choice=("yes", "no", "not sure")),
+          Guided(grammar='root ::= "def " name "(" name? "):"\nname ::= [a-z_]+')]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {"plain": LLM(draft=None, speculative=False), "spec": LLM(),
+            "rejection": LLM(accept_mode="rejection")}
+
+
+def _follows(guided: Guided, text: str) -> bool:
+    if guided.json is not None:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return False
+        return (isinstance(value, dict) and set(value) == {"name", "line", "ok"} and isinstance(value["name"], str)
+                and len(value["name"]) <= 12 and type(value["line"]) is int and 0 <= value["line"] <= 999
+                and type(value["ok"]) is bool)
+    if guided.regex is not None:
+        return re.fullmatch(guided.regex, text) is not None
+    if guided.choice is not None:
+        return text in guided.choice
+    return re.fullmatch(r"def [a-z_]+\(([a-z_]+)?\):", text) is not None
+
+
+@pytest.mark.parametrize("guided", GUIDES, ids=["json_schema", "regex", "choice", "grammar"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_outputs_follow_the_guide_and_speculation_changes_nothing(engines, guided, temperature):
+    params = SamplingParams(max_tokens=160, temperature=temperature, seed=7, guided=guided)
+    plain = engines["plain"].generate(PROMPTS, params)
+    spec = engines["spec"].generate(PROMPTS, params)
+    for a, b in zip(plain, spec):
+        assert a.token_ids == b.token_ids  # each verify row masked with the drafts before it, as plain decoding
+        assert b.finish_reason == "stop", b.text  # the grammar ended with a stop token
+        assert _follows(guided, b.text), b.text
+    unguided = engines["spec"].generate(PROMPTS, SamplingParams(max_tokens=40, temperature=temperature, seed=7))
+    assert not all(_follows(guided, o.text) for o in unguided)  # the guide is what made the outputs follow it
+    for out in engines["rejection"].generate(PROMPTS, params):
+        assert out.finish_reason == "stop" and _follows(guided, out.text), out.text
+
+
+def test_any_json_and_a_mixed_batch(engines):
+    llm = engines["spec"]
+    params = [SamplingParams(max_tokens=200, guided={"json": True, "any_whitespace": False}), SamplingParams(max_tokens=30),
+              SamplingParams(max_tokens=60, temperature=0.8, seed=1, guided=Guided(choice=("alpha", "beta")))]
+    together = llm.generate(PROMPTS, params)
+    for prompt, p, out in zip(PROMPTS, params, together):
+        assert out.token_ids == llm.generate([prompt], p)[0].token_ids
+    if together[0].finish_reason == "stop":
+        json.loads(together[0].text)
+    assert together[2].text in ("alpha", "beta")
+
+
+def test_matcher_rows_after_drafts_equal_rows_after_commits(engines):
+    """allowed(drafts) gives row k the mask the matcher gives after committing drafts[:k], and leaves its state."""
+    eng = engines["plain"].engine
+    tok = eng.tokenizer
+    matcher = eng.guides.matcher(Guided(json=SCHEMA), tok.eos_token_ids)
+    drafts = tok.encode('{"name": "ab", "line')
+    before = matcher.allowed([], 1, "cpu")
+    rows = matcher.allowed(drafts, len(drafts) + 1, "cpu")
+    assert torch.equal(matcher.allowed([], 1, "cpu"), before) and torch.equal(rows[0], before[0])
+    fresh = eng.guides.matcher(Guided(json=SCHEMA), tok.eos_token_ids)
+    for k, d in enumerate(drafts):
+        assert torch.equal(fresh.allowed([], 1, "cpu")[0], rows[k]), k
+        fresh.accept(d)
+    assert torch.equal(fresh.allowed([], 1, "cpu")[0], rows[len(drafts)])
+    refused = matcher.allowed([tok.encode("x")[0], 5], 3, "cpu")  # a first draft the grammar refuses
+    assert refused[1:].all() and not refused[0].all()  # rows after it are never committed: left open
+    assert not rows[0][list(tok.special_ids())].any()  # special tokens never appear inside the output
+
+
+def test_bad_guides_are_refused(engines):
+    llm = engines["plain"]
+    for guided, match in [(Guided(regex="(ab"), "the guided regex does not compile: .*parenthesis"),
+                          (Guided(json={"type": "object", "properties": 5}), "the guided json does not compile"),
+                          (Guided(grammar="root ::= ("), "the guided grammar does not compile")]:
+        with pytest.raises(InvalidSamplingParamsError, match=match):
+            llm.generate(["x"], SamplingParams(guided=guided))
+    with pytest.raises(InvalidSamplingParamsError, match="exactly one of json, regex, choice, grammar"):
+        Guided(json=True, regex="a")
+    with pytest.raises(InvalidSamplingParamsError, match="non-empty list"):
+        Guided(choice=())
+    with pytest.raises(InvalidSamplingParamsError, match="ignore_eos cannot be combined"):
+        SamplingParams(guided=Guided(json=True), ignore_eos=True)
+    assert llm.generate(["x"], SamplingParams(max_tokens=3))[0].token_ids  # the engine still serves
+
+
+def test_guided_needs_a_tokenizer(targets):
+    llm = LLM(model=str(targets["untied_mha"]), device="cpu")  # random checkpoints have no tokenizer.json
+    with pytest.raises(InvalidSamplingParamsError, match="needs the model's tokenizer"):
+        llm.generate([[3, 4, 5]], SamplingParams(guided=Guided(json=True)))
