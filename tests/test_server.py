@@ -366,6 +366,32 @@ def test_penalties_and_logit_bias(server, pair):
     assert chat.choices[0].message.content is not None
 
 
+def test_structured_outputs(server):
+    """response_format (json_object, json_schema), guided_choice / guided_regex and structured_outputs shape the
+    output: JSON that parses and follows the schema, one of the choices, a regex match."""
+    client = server.client()
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "days": {"type": "integer", "minimum": 1, "maximum": 30}},
+              "required": ["city", "days"]}
+    messages = [{"role": "user", "content": "Plan a trip. Reply in JSON."}]
+    for fmt in ({"type": "json_schema", "json_schema": {"name": "trip", "schema": schema, "strict": True}},
+                {"type": "json_object"}):
+        out = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=200, temperature=0,
+                                             response_format=fmt).choices[0]
+        assert out.finish_reason == "stop", out.message.content
+        value = json.loads(out.message.content)
+        if fmt["type"] == "json_schema":
+            assert set(value) == {"city", "days"} and 1 <= value["days"] <= 30 and isinstance(value["city"], str)
+    kw = dict(model=MODEL, prompt="def parse(line):\n", max_tokens=40, temperature=0.9, seed=4)
+    choice = client.completions.create(**kw, extra_body={"guided_choice": ["red", "green", "blue"]}).choices[0]
+    assert choice.text in ("red", "green", "blue") and choice.finish_reason == "stop"
+    regex = client.completions.create(**kw, extra_body={"guided_regex": r"[a-z]{2,8}=\d{1,2}"}).choices[0].text
+    assert re.fullmatch(r"[a-z]{2,8}=\d{1,2}", regex), regex
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        **kw, stream=True, extra_body={"structured_outputs": {"regex": r"[a-z]{2,8}=\d{1,2}"}}) if c.choices)
+    assert streamed == regex  # the same seed and the same guide, streamed
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
@@ -388,7 +414,12 @@ def test_bad_inputs_get_status_and_message(server):
         ({**ok, "logit_bias": {"the": 1}}, 400, "logit_bias keys must be token ids"),
         ({**ok, "logit_bias": {"99999999": 1}}, 400, "outside the vocabulary"),
         ({**ok, "min_tokens": 3}, 400, "min_tokens is not supported"),
-        ({**ok, "response_format": {"type": "json_object"}}, 400, "response_format is not supported"),
+        ({**ok, "response_format": {"type": "xml"}}, 400, "response_format type must be"),
+        ({**ok, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400, "json_schema.schema"),
+        ({**ok, "guided_regex": "(ab"}, 400, "the guided regex does not compile"),
+        ({**ok, "guided_regex": "a+", "guided_choice": ["a"]}, 400, "each ask for a structured output; send one"),
+        ({**ok, "guided_choice": ["a"], "ignore_eos": True}, 400, "ignore_eos cannot be combined"),
+        ({**ok, "structured_outputs": {"xml": "<a/>"}}, 400, "structured_outputs does not support xml"),
         ({**ok, "min_tokens": 0, "some_future_field": 3}, 200, ""),  # no effect: accepted
         ({**ok, "temperature": -1}, 400, "temperature"),
         ({**ok, "top_p": 0}, 400, "top_p"),

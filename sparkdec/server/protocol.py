@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sparkdec.errors import SparkdecError
 from sparkdec.sampling import SamplingParams
+from sparkdec.server.structured import guided_of
 
 
 class RequestError(SparkdecError):
@@ -30,11 +31,7 @@ class StreamOptions(BaseModel):
 
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
-UNSUPPORTED = {
-    "response_format": (None, {"type": "text"}),
-    "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
-    "min_tokens": (0, None), "bad_words": (None, []),
-}
+UNSUPPORTED = {"min_tokens": (0, None), "bad_words": (None, [])}
 
 
 class _Common(BaseModel):
@@ -59,6 +56,13 @@ class _Common(BaseModel):
     repetition_penalty: float | None = None
     min_p: float | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string, as OpenAI sends it) -> added to its logit
+    # structured outputs (server/structured.py): at most one of these
+    response_format: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: dict | None = None
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     speculative: bool | None = None
@@ -85,7 +89,7 @@ class _Common(BaseModel):
             prompt_logprobs=self.prompt_logprob_count(), logit_bias=self.token_biases(),
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            min_p=self.min_p or 0.0)
+            min_p=self.min_p or 0.0, guided=guided_of(self))
 
     def token_biases(self) -> dict[int, float]:
         """logit_bias with its keys read as token ids."""
