@@ -13,16 +13,23 @@ import torch
 from sparkdec.errors import InvalidSamplingParamsError
 
 
+KINDS = ("json", "regex", "choice", "grammar", "tool_calls")
+
+
 @dataclass(frozen=True)
 class Guided:
     """Exactly one of: json (True: any JSON object or array; a schema as a dict or JSON text), regex, choice (the
-    output is one of these strings), grammar (EBNF in xgrammar's dialect, rule `root`). any_whitespace (JSON only):
+    output is one of these strings), grammar (EBNF in xgrammar's dialect, rule `root`), tool_calls ((name, JSON
+    schema of its arguments) per tool: the output is one or more Qwen3 `<tool_call>` blocks, each calling one of them,
+    at most max_calls). any_whitespace (JSON only):
     whitespace may be any run between JSON's tokens, as vLLM's default; False: `, ` and `: ` only, for models that
     loop on whitespace (vLLM's disable_any_whitespace)."""
     json: bool | str | None = None
     regex: str | None = None
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
+    tool_calls: tuple[tuple[str, str], ...] | None = None
+    max_calls: int = 1
     any_whitespace: bool = True
 
     def __post_init__(self):
@@ -31,9 +38,12 @@ class Guided:
             object.__setattr__(self, "json", json.dumps(self.json))
         if self.choice is not None:
             object.__setattr__(self, "choice", tuple(self.choice))
-        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) not in (None, False)]
+        if self.tool_calls is not None:
+            object.__setattr__(self, "tool_calls", tuple(
+                (name, schema if isinstance(schema, str) else json.dumps(schema)) for name, schema in self.tool_calls))
+        given = [name for name in KINDS if getattr(self, name) not in (None, False)]
         if len(given) != 1:
-            raise InvalidSamplingParamsError(f"guided decoding takes exactly one of json, regex, choice, grammar; "
+            raise InvalidSamplingParamsError(f"guided decoding takes exactly one of {', '.join(KINDS)}; "
                                              f"got {', '.join(given) or 'none'}")
         if self.choice is not None and (not self.choice or not all(isinstance(c, str) and c for c in self.choice)):
             raise InvalidSamplingParamsError("guided choice must be a non-empty list of non-empty strings")
@@ -60,12 +70,14 @@ class GuideCompiler:
                 return compiler.compile_json_schema(schema, any_whitespace=guided.any_whitespace)
             if guided.regex is not None:
                 return compiler.compile_regex(guided.regex)
+            if guided.tool_calls is not None:
+                return compiler.compile_grammar(tool_calls_grammar(guided.tool_calls, guided.max_calls))
             if guided.choice is not None:
                 return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c, ensure_ascii=False)
                                                                          for c in guided.choice))
             return compiler.compile_grammar(guided.grammar)
         except RuntimeError as e:  # xgrammar: "[time] file.cc:line: message"
-            kind = next(k for k in ("json", "regex", "choice", "grammar") if getattr(guided, k) not in (None, False))
+            kind = next(k for k in KINDS if getattr(guided, k) not in (None, False))
             message = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", str(e).strip())
             raise InvalidSamplingParamsError(f"the guided {kind} does not compile: {message}") from None
 
@@ -79,6 +91,26 @@ class GuideCompiler:
                 raise InvalidSamplingParamsError("guided decoding needs xgrammar: pip install xgrammar") from None
             self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1)
         return self._compiler
+
+
+def tool_calls_grammar(tools: tuple[tuple[str, str], ...], max_calls: int):
+    """One to max_calls Qwen3 tool-call blocks, `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, joined
+    by newlines, each naming one of the tools with arguments that follow its schema (compact JSON, as Qwen3's chat
+    template writes calls)."""
+    import xgrammar as xgr
+
+    def literal(text: str):
+        return xgr.Grammar.from_ebnf("root ::= " + json.dumps(text))
+
+    bodies = [xgr.Grammar.from_json_schema({"type": "object", "properties": {
+        "name": {"const": name}, "arguments": json.loads(schema)}, "required": ["name", "arguments"],
+        "additionalProperties": False}, any_whitespace=False) for name, schema in tools]
+    call = xgr.Grammar.concat(literal("<tool_call>\n"), xgr.Grammar.union(*bodies) if len(bodies) > 1 else bodies[0],
+                              literal("\n</tool_call>"))
+    calls = call
+    for _ in range(max_calls - 1):  # call ("\n" call ("\n" call ...)?)?, nested from the last
+        calls = xgr.Grammar.concat(call, xgr.Grammar.union(literal(""), xgr.Grammar.concat(literal("\n"), calls)))
+    return calls
 
 
 def token_info(tokenizer, vocab_size: int):

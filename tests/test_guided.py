@@ -114,3 +114,26 @@ def test_guided_needs_a_tokenizer(targets):
     llm = LLM(model=str(targets["untied_mha"]), device="cpu")  # random checkpoints have no tokenizer.json
     with pytest.raises(InvalidSamplingParamsError, match="needs the model's tokenizer"):
         llm.generate([[3, 4, 5]], SamplingParams(guided=Guided(json=True)))
+
+
+def test_forced_tool_calls_follow_their_schemas(engines):
+    """Guided(tool_calls=...): Qwen3 <tool_call> blocks, at most max_calls, each naming an offered tool with arguments
+    that follow its schema; the same tokens with speculation on and off."""
+    from sparkdec.server import tools
+
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}}, "required": ["city"]}
+    clock = {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["tz"]}
+    prompt = engines["spec"].engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the weather in Paris, and the time?"}])
+    for max_calls in (1, 2):
+        params = SamplingParams(max_tokens=300, temperature=0.8, seed=3, guided=Guided(
+            tool_calls=(("get_weather", weather), ("get_time", clock)), max_calls=max_calls))
+        out = engines["spec"].generate([prompt], params)[0]
+        assert out.token_ids == engines["plain"].generate([prompt], params)[0].token_ids
+        content, calls = tools.parse(out.text)
+        assert out.finish_reason == "stop" and content is None and 1 <= len(calls) <= max_calls, out.text
+        for call in calls:
+            args = json.loads(call["function"]["arguments"])
+            assert (set(args) == {"city"}) if call["function"]["name"] == "get_weather" else args["tz"] in ("UTC", "CET")
+    with pytest.raises(InvalidSamplingParamsError, match="the guided tool_calls does not compile"):
+        engines["plain"].generate(["x"], SamplingParams(guided=Guided(tool_calls=(("f", {"type": 3}),))))

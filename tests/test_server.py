@@ -392,6 +392,32 @@ def test_structured_outputs(server):
     assert streamed == regex  # the same seed and the same guide, streamed
 
 
+def test_forced_tool_calls(server):
+    """tool_choice "required" and a named function: the output is Qwen3 <tool_call> blocks whose arguments follow the
+    tool's schema, returned as tool_calls, the same whole and streamed."""
+    client = server.client()
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}}, "required": ["city"]}}}
+    clock = {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["tz"]}}}
+    messages = [{"role": "user", "content": "What is the weather in Paris, and the time?"}]
+    for choice, names in (("required", {"get_weather", "get_time"}),
+                          ({"type": "function", "function": {"name": "get_weather"}}, {"get_weather"})):
+        kw = dict(model=MODEL, messages=messages, tools=[weather, clock], tool_choice=choice, max_tokens=400,
+                  temperature=0.8, seed=3)
+        out = client.chat.completions.create(**kw).choices[0]
+        assert out.finish_reason == "tool_calls" and out.message.content is None
+        calls = out.message.tool_calls
+        assert calls and all(c.function.name in names for c in calls)
+        for c in calls:
+            args = json.loads(c.function.arguments)
+            assert set(args) == ({"city"} if c.function.name == "get_weather" else {"tz"})
+        streamed = [c.choices[0].delta.tool_calls for c in client.chat.completions.create(**kw, stream=True)
+                    if c.choices and c.choices[0].delta.tool_calls]
+        assert [(t.function.name, t.function.arguments) for part in streamed for t in part] == \
+            [(c.function.name, c.function.arguments) for c in calls]
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
@@ -442,9 +468,15 @@ def test_bad_inputs_get_status_and_message(server):
                       json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
     assert chat.status_code == 400 and "needs logprobs: true" in _error_of(chat)["message"]
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-    chat = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [weather], "tool_choice": "required"})
-    assert chat.status_code == 400 and "tool_choice" in _error_of(chat)["message"]
+    for extra, words in [({"tool_choice": "required"}, "offers no tools"),
+                         ({"tools": [weather], "tool_choice": {"type": "function", "function": {"name": "f"}}},
+                          "'f', which is not among the offered tools (get_weather)"),
+                         ({"tools": [weather], "tool_choice": "always"}, 'tool_choice must be "auto", "none"'),
+                         ({"tools": [weather], "tool_choice": "required", "response_format": {"type": "json_object"}},
+                          "send one")]:
+        chat = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "x"}], **extra})
+        assert chat.status_code == 400 and words in _error_of(chat)["message"], chat.text
     # tools, tool messages and template switches are accepted (this template ignores them)
     chat = httpx.post(server.url + "/v1/chat/completions", timeout=30, json={
         "model": MODEL, "max_tokens": 3, "tools": [weather], "chat_template_kwargs": {"enable_thinking": False},

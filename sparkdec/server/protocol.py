@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sparkdec.errors import SparkdecError
 from sparkdec.sampling import SamplingParams
-from sparkdec.server.structured import guided_of
+from sparkdec.server.structured import forced_tools, guided_of
 
 
 class RequestError(SparkdecError):
@@ -172,15 +172,14 @@ class ChatCompletionRequest(_Common):
     top_logprobs: int | None = None
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict | None = None  # the template's own switches, e.g. {"enable_thinking": false}
 
     def check_supported(self) -> None:
         super().check_supported()
         if self.top_logprobs is not None and not self.logprobs:
             raise RequestError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-        if self.tool_choice not in (None, "auto", "none"):
-            raise RequestError(400, "tool_choice must be \"auto\" or \"none\": this server does not force calls; "
-                                    "describe the call you need in the messages instead", param="tool_choice")
+        forced_tools(self)  # (a tool_choice that names no offered tool is refused here)
 
     @property
     def calls_tools(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkdec.guided import Guided
 
 KINDS = ("json", "regex", "choice", "grammar")
+MAX_FORCED_CALLS = 4  # tool_choice "required" with parallel calls: up to this many <tool_call> blocks
 GUIDED_FIELDS = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
 
 
@@ -21,6 +22,9 @@ def guided_of(body) -> Guided | None:
             asked.append((field, {kind: getattr(body, field)}))
     if body.structured_outputs is not None:
         asked.append(("structured_outputs", _structured_outputs(body.structured_outputs)))
+    forced = forced_tools(body)
+    if forced is not None:
+        asked.append(("tool_choice", forced))
     if len(asked) > 1:
         raise RequestError(400, f"{' and '.join(f for f, _ in asked)} each ask for a structured output; send one",
                            param=asked[1][0])
@@ -30,6 +34,36 @@ def guided_of(body) -> Guided | None:
         raise RequestError(400, "ignore_eos cannot be combined with a structured output (the grammar ends the "
                                 "output)", param="ignore_eos")
     return Guided(**asked[0][1])
+
+
+def forced_tools(body) -> dict | None:
+    """tool_choice "required" (one or more calls of the offered tools) or {"type": "function", "function": {"name":
+    ...}} (one call of that tool) -> Guided's tool_calls fields; None for auto / none / no tool_choice."""
+    from sparkdec.server.protocol import RequestError
+
+    choice = getattr(body, "tool_choice", None)
+    if choice in (None, "auto", "none"):
+        return None
+    offered = {}
+    for tool in body.tools or ():
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            offered[fn["name"]] = fn.get("parameters") or {"type": "object"}
+    if not offered:
+        raise RequestError(400, "tool_choice forces a call but the request offers no tools; add tools or drop "
+                                "tool_choice", param="tool_choice")
+    if choice == "required":
+        many = body.parallel_tool_calls is not False
+        return {"tool_calls": tuple(offered.items()), "max_calls": MAX_FORCED_CALLS if many else 1}
+    name = ((choice.get("function") or {}).get("name") if isinstance(choice, dict) and choice.get("type") == "function"
+            else None)
+    if name is None:
+        raise RequestError(400, 'tool_choice must be "auto", "none", "required" or {"type": "function", "function": '
+                                '{"name": ...}}', param="tool_choice")
+    if name not in offered:
+        raise RequestError(400, f"tool_choice names {name!r}, which is not among the offered tools "
+                                f"({', '.join(offered)})", param="tool_choice")
+    return {"tool_calls": ((name, offered[name]),), "max_calls": 1}
 
 
 def _response_format(rf: dict) -> dict | None:
