@@ -1,9 +1,10 @@
 """sparkdec: lossless DSpark speculative decoding for Qwen3-class models."""
 from __future__ import annotations
 
+from sparkdec.guided import Guided
 from sparkdec.sampling import SamplingParams
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "SamplingParams", "Guided"]
 
 
 def __getattr__(name: str):
