@@ -50,7 +50,9 @@
 # Session 40 had no device (none lent): it added KV pages on demand with preemption, log-probabilities and a prefix
 # cache; their GPU tests (bf16, graphs) are staged as 59 and are part of the suite's halves (1 and 25). Next: 59,
 # then 58.
-# Session 41 had no device either: it added logit processing (penalties, logit_bias, min_p); its GPU test is in 59.
+# Session 41 had no device either: it added logit processing (penalties, logit_bias, min_p) and guided decoding; their
+# GPU tests are in 59 (carry .whl: the xgrammar wheels, downloaded with `pip download xgrammar==0.2.8
+# apache-tvm-ffi==0.1.15.post2 --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64`).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -310,8 +312,11 @@ sys.exit(pytest.main(['-q', '-m', 'gpu', 'tests/test_gpu.py', '-p', 'no:cachepro
   timeout 100 python -c "from sparkdec.ops import triton_attention as a; a.COMBINE_WARPS = 2
 from sparkdec.cli import main; main(['bench', 'kernels', '--shapes', 'qwen3-4b', '--contexts', '1024', '--out',
  '$OUT/kernels_comb_w2.json'])" 2>&1 | grep "^qwen3"
-elif [ "$1" = 59 ]; then  # (session 40) the server features' GPU tests: preemption and logprobs with graphs in bf16
-  timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "preempted or logprobs or prefix_cache or logit_processing" 2>&1 \
+elif [ "$1" = 59 ]; then  # (sessions 40-41) the serving features' GPU tests with graphs in bf16 (run with carry [".whl"]:
+  # xgrammar's wheels for the device's Python 3.12, for the guided test)
+  python -m pip install -q --no-index --no-deps .whl/*cp312*.whl 2>&1 | tail -1
+  timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
+    -k "preempted or logprobs or prefix_cache or logit_processing or guided" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED" | head -12
   timeout 150 python scripts/ab_prefix_cache.py $OUT/prefix_cache_ab_h200_tiny.json cuda 2>&1 | tail -3
 elif [ "$1" = 8 ]; then
