@@ -50,7 +50,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos, min_p=args.min_p,
                             repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
-                            frequency_penalty=args.frequency_penalty)
+                            frequency_penalty=args.frequency_penalty, min_tokens=args.min_tokens)
     seq = engine.add_request(prompt, params, trace=bool(args.trace))
     shown = 0
     while engine.has_unfinished():
@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--min-tokens", type=int, default=0)
     g.add_argument("--repetition-penalty", type=float, default=1.0)
     g.add_argument("--presence-penalty", type=float, default=0.0)
     g.add_argument("--frequency-penalty", type=float, default=0.0)

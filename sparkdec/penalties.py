@@ -17,18 +17,24 @@ def processes(params: SamplingParams) -> bool:
     """Does this request rewrite its logits (min_p only when it samples: greedy decoding keeps the most likely token,
     which min_p never drops)?"""
     return bool(params.logit_bias or params.repetition_penalty != 1.0 or params.frequency_penalty
-                or params.presence_penalty or (params.min_p > 0.0 and not params.greedy) or params.guided is not None)
+                or params.presence_penalty or (params.min_p > 0.0 and not params.greedy) or params.guided is not None
+                or params.min_tokens)
 
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
-                   drafts: list[int], allowed: torch.Tensor | None = None) -> torch.Tensor:
+                   drafts: list[int], allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = ()) -> torch.Tensor:
     """logits [n, V] of rows that choose the tokens after output_ids + drafts[:k] (k = 0 .. n - 1; drafts has at least
     n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor). allowed: bool [n, V], each row's tokens under
-    guided decoding (guided.Matcher.allowed), applied first."""
+    guided decoding (guided.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
+    ids)."""
     x = logits.float().clone()  # [n, V]
     n, vocab = x.shape
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
+    early = min(n, params.min_tokens - len(output_ids))  # rows choosing one of the first min_tokens tokens
+    if early > 0 and stop_ids:
+        ids = torch.tensor([t for t in stop_ids if t < vocab], dtype=torch.long, device=x.device)
+        x[:early, ids] = float("-inf")
     if params.logit_bias:
         ids = torch.tensor([t for t, _ in params.logit_bias], device=x.device)
         x[:, ids] += torch.tensor([b for _, b in params.logit_bias], dtype=torch.float32, device=x.device)

@@ -44,6 +44,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     min_p: float = 0.0
+    # the first min_tokens output tokens are never EOS or a stop id (their logits are -inf), and stop strings are
+    # looked for only in the text after them (vLLM's min_tokens)
+    min_tokens: int = 0
     # guided decoding (sparkdec/guided.py): the output follows JSON (a schema), a regex, a choice or a grammar
     guided: Guided | dict | None = None
 
@@ -90,6 +93,10 @@ class SamplingParams:
             bad(f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}")
         if not 0.0 <= self.min_p <= 1.0:
             bad(f"min_p must be in [0, 1] (0 disables it), got {self.min_p!r}")
+        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
+            bad(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), got {self.min_tokens!r}")
+        if self.guided is not None and self.min_tokens:
+            bad("min_tokens cannot be combined with guided decoding: the grammar decides where the output ends")
         if self.guided is not None and self.ignore_eos:
             bad("ignore_eos cannot be combined with guided decoding: the grammar ends the output with a stop token")
         if len({t for t, _ in self.logit_bias}) < len(self.logit_bias):

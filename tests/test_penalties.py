@@ -132,3 +132,26 @@ def test_processing_parameters_are_checked():
     llm = LLM(draft=None)
     with pytest.raises(InvalidSamplingParamsError, match="outside the vocabulary"):
         llm.generate([[3, 4, 5]], SamplingParams(logit_bias={10 ** 7: 1.0}))
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
+def test_min_tokens_holds_back_stop_ids_and_stop_strings():
+    """The first min_tokens tokens are never a stop id (nor EOS), and stop strings count only in the text after them;
+    speculative output equals plain output."""
+    plain, spec = LLM(draft=None, speculative=False), LLM()
+    prompt = "def parse(line):\n"
+    free = spec.generate([prompt], SamplingParams(max_tokens=40, ignore_eos=True))[0].token_ids
+    stop_id = free[2]
+    assert spec.generate([prompt], SamplingParams(max_tokens=40, stop_token_ids=[stop_id]))[0].token_ids == free[:3]
+    for temperature in (0.0, 0.9):
+        params = SamplingParams(max_tokens=40, stop_token_ids=[stop_id], min_tokens=12, temperature=temperature,
+                                seed=4)
+        out = spec.generate([prompt], params)[0]
+        assert out.token_ids == plain.generate([prompt], params)[0].token_ids
+        assert len(out.token_ids) >= 12 and stop_id not in out.token_ids[:12]
+    early = spec.generate([prompt], SamplingParams(max_tokens=60, stop="\n"))[0]
+    late = spec.generate([prompt], SamplingParams(max_tokens=60, stop="\n", min_tokens=len(early.token_ids) + 2))[0]
+    assert "\n" not in early.text and early.finish_reason == "stop"
+    assert late.text.startswith(early.text + "\n") and len(late.token_ids) >= len(early.token_ids) + 2
+    with pytest.raises(InvalidSamplingParamsError, match="min_tokens must be an integer from 0 to max_tokens"):
+        SamplingParams(max_tokens=4, min_tokens=5)

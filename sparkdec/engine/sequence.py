@@ -85,6 +85,7 @@ class Sequence:
     text: str = ""  # detokenised output (stop strings already cut)
     text_base: str = ""  # text of output_ids[:text_pos], which ends on a whole character
     text_pos: int = 0
+    stop_from: int = 0  # stop strings are looked for from this index of text (after min_tokens' tokens)
     arrival: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None

@@ -4,9 +4,9 @@ from __future__ import annotations
 from sparkdec.engine.sequence import Sequence
 
 
-def find_stop(text: str, stops: tuple[str, ...]) -> int:
-    """Index where the earliest stop string starts in text, or -1."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+def find_stop(text: str, stops: tuple[str, ...], start: int = 0) -> int:
+    """Index where the earliest stop string starting at or after `start` starts in text, or -1."""
+    hits = [i for i in (text.find(s, start) for s in stops) if i >= 0]
     return min(hits) if hits else -1
 
 
@@ -28,10 +28,12 @@ def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
     for token in tokens:
         n += 1
         done = seq.append(token)
-        if seq.params.stop and decode is not None:
+        if seq.params.stop and decode is not None and len(seq.output_ids) >= seq.params.min_tokens:
             text = running_text(seq, decode)
+            if len(seq.output_ids) == seq.params.min_tokens:  # stop strings count from the text after these tokens
+                seq.stop_from = len(text.rstrip("\ufffd"))
             # NOTE: a trailing U+FFFD is an incomplete UTF-8 character that later tokens may complete
-            cut = find_stop(text if done else text.rstrip("\ufffd"), seq.params.stop)
+            cut = find_stop(text if done else text.rstrip("\ufffd"), seq.params.stop, seq.stop_from)
             if cut >= 0:
                 seq.text, seq.finish_reason = text[:cut], "stop"
                 return n

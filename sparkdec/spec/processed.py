@@ -19,7 +19,8 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
             ver = drafts[i][:n - 1] if i is not None else []
             rows = rows_tensor(logits[r0:r0 + n])
             allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
-            out[id(seq)] = processed_rows(rows, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed)
+            out[id(seq)] = processed_rows(rows, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed,
+                                          held_back(seq))
     return out
 
 
@@ -37,9 +38,14 @@ def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, lis
     return out
 
 
+def held_back(seq) -> tuple[int, ...]:
+    """The tokens min_tokens keeps out of a sequence's first outputs: its EOS ids (unless it ignores EOS) and stop ids."""
+    return (() if seq.params.ignore_eos else seq.eos_ids) + seq.params.stop_token_ids
+
+
 def first_token(seq, row: torch.Tensor, sample) -> int:
     """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token)."""
     row = rows_tensor(row)
     allowed = seq.guide.allowed([], 1, row.device) if seq.guide is not None else None
-    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed)
+    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq))
     return sample(x[0], seq.params, seq.seed, len(seq.prompt_ids))
