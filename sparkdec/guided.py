@@ -132,14 +132,18 @@ def token_info(tokenizer, vocab_size: int):
 
 
 class Matcher:
-    """A request's grammar state: advanced by each committed token (Sequence.append)."""
+    """A request's grammar state: advanced by each committed token (Sequence.append); a propose walks it through its
+    drafts (draft_mask, draft, undo_drafts) and a verify through the drafts before each row (allowed), each leaving it
+    where it was."""
 
     def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int):
         import xgrammar as xgr
 
         self._m = xgr.GrammarMatcher(compiled, override_stop_tokens=list(stop_ids) or None)
         self.vocab_size = vocab_size
-        self._bits = None
+        self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
+        self._drafted = 0  # drafts the matcher holds now (a propose's walk)
+        self._walking = True  # False once a draft ended the grammar or was refused: later slots go unmasked
 
     def accept(self, token: int) -> None:
         """A committed token: one a mask allowed, so the grammar takes it (a stop token ends the grammar)."""
@@ -149,11 +153,11 @@ class Matcher:
     def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor:
         """bool [n, V]: row k's allowed tokens after the committed tokens and drafts[:k]. Rows past a draft the
         grammar refuses (or past its end) allow every token: their tokens are never committed (the row before
-        cannot choose that draft). The matcher is left where it was."""
+        cannot choose that draft)."""
         import xgrammar as xgr
 
-        if self._bits is None or self._bits.shape[0] < n:
-            self._bits = xgr.allocate_token_bitmask(max(n, 8), self.vocab_size)  # int32 [rows, ceil(V / 32)]
+        if self._bits.shape[0] < n:
+            self._bits = xgr.allocate_token_bitmask(n, self.vocab_size)
         bits = self._bits[:n]
         bits.fill_(-1)  # every bit set: every token allowed
         taken = 0
@@ -166,6 +170,31 @@ class Matcher:
             taken += 1
         if taken:
             self._m.rollback(taken)
-        words = bits.to(device)  # [n, W]
+        return self._unpack(bits, device)
+
+    def draft_mask(self, device) -> torch.Tensor | None:
+        """bool [V]: the tokens the grammar allows for the next draft (after the committed tokens and the drafts so
+        far), or None when the walk has ended."""
+        if not self._walking or self._m.is_terminated():
+            return None
+        self._m.fill_next_token_bitmask(self._bits, 0)
+        return self._unpack(self._bits[:1], device)[0]
+
+    def draft(self, token: int) -> None:
+        """A drafted token, held until undo_drafts (one the grammar refuses ends the walk)."""
+        if self._walking and not self._m.is_terminated():
+            if self._m.accept_token(token):
+                self._drafted += 1
+            else:
+                self._walking = False
+
+    def undo_drafts(self) -> None:
+        if self._drafted:
+            self._m.rollback(self._drafted)
+        self._drafted, self._walking = 0, True
+
+    def _unpack(self, bits: torch.Tensor, device) -> torch.Tensor:
+        """int32 [n, W] bitmask -> bool [n, V] on device (bit j of word w: token 32 w + j)."""
+        words = bits.to(device)
         shifts = torch.arange(32, dtype=torch.int32, device=device)
-        return (((words[:, :, None] >> shifts) & 1) != 0).reshape(n, -1)[:, :self.vocab_size]  # [n, W * 32] -> [n, V]
+        return (((words[:, :, None] >> shifts) & 1) != 0).reshape(bits.shape[0], -1)[:, :self.vocab_size]

@@ -137,3 +137,31 @@ def test_forced_tool_calls_follow_their_schemas(engines):
             assert (set(args) == {"city"}) if call["function"]["name"] == "get_weather" else args["tz"] in ("UTC", "CET")
     with pytest.raises(InvalidSamplingParamsError, match="the guided tool_calls does not compile"):
         engines["plain"].generate(["x"], SamplingParams(guided=Guided(tool_calls=(("f", {"type": 3}),))))
+
+
+def test_drafts_follow_the_grammar(engines):
+    """Guided sequences draft only what their grammar allows (spec/round.py GUIDED_DRAFTS): every proposed block,
+    replayed on a fresh matcher after the committed tokens before it, is accepted up to the grammar's end; and the
+    committed tokens are the ones unguided drafts give."""
+    from sparkdec.spec import round as spec_round
+
+    llm = engines["spec"]
+    guided = Guided(json=SCHEMA, any_whitespace=False)
+    params = SamplingParams(max_tokens=120, guided=guided)
+    out = llm.generate(PROMPTS[:1], params, trace=True)[0]
+    prompt_len = len(llm.engine.tokenizer.encode(PROMPTS[0]))  # (position prompt_len holds the first output token)
+    eos = llm.engine.tokenizer.eos_token_ids
+    for r in out.rounds:
+        m = llm.engine.guides.matcher(guided, eos)
+        for t in out.token_ids[:r["anchor_position"] - prompt_len + 1]:
+            m.accept(t)
+        for d in r["draft_token_ids"]:
+            if m._m.is_terminated():
+                break
+            assert m._m.accept_token(d), (r, d)
+    spec_round.GUIDED_DRAFTS = False
+    try:
+        unguided = llm.generate(PROMPTS[:1], params)[0]
+    finally:
+        spec_round.GUIDED_DRAFTS = True
+    assert unguided.token_ids == out.token_ids and unguided.stats["rounds"] > out.stats["rounds"]

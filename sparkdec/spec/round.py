@@ -29,6 +29,10 @@ GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
 # drafts), the same tokens; 4B shape 5.3-6.2 -> 3.7-3.8 ms/token. (Session 6 measured it slower, before coupled
 # drafts and the batched draw: kernels_h200_2026-11-30_session6_sampled.json.) False: one row at a time.
 DEVICE_DRAWS = True
+# guided sequences draft only what their grammar allows: each slot's disallowed tokens are masked out of the drafter's
+# logits before its pick (a host read per slot). Shipped pair, CPU: see docs/architecture.md (Known gaps). False: the
+# drafter ignores the grammar (the A/B baseline).
+GUIDED_DRAFTS = True
 
 
 class RoundRunner:
@@ -57,8 +61,13 @@ class RoundRunner:
         """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
         positions = [s.anchor_position for s in seqs]
         gumbels: dict[int, torch.Tensor] = {}  # row -> [γ, V]: coupled rows' race noise, made at the first slot
+        guides = [(i, s.guide) for i, s in enumerate(seqs) if s.guide is not None] if GUIDED_DRAFTS else []
 
         def pick(z: torch.Tensor, k: int) -> torch.Tensor:
+            for i, guide in guides:  # in place: z is the q that rejection sampling verifies against
+                mask = guide.draft_mask(z.device)
+                if mask is not None:
+                    z[i].masked_fill_(~mask, float("-inf"))
             tokens = z.argmax(-1)
             for i, seq in enumerate(seqs):
                 if self._sampled_drafts(seq):
@@ -69,12 +78,21 @@ class RoundRunner:
                         gumbels[i] = coupling.coupled_gumbels(seq.seed, positions[i], self.runner.draft_cfg.block_size,
                                                               z.shape[-1], z.device)
                     tokens[i] = coupling.coupled_token(z[i], seq.params, gumbels[i][k])
+            if guides:  # NOTE: a host read per slot, for guided sequences only
+                host = tokens.tolist()
+                for i, guide in guides:
+                    guide.draft(host[i])
             return tokens
 
-        greedy = not any(self._sampled_drafts(s) for s in seqs)  # argmax picks, or coupled races
+        # argmax picks or coupled races (a guided sequence's picks run here, slot by slot, on the host's grammar)
+        greedy = not any(self._sampled_drafts(s) for s in seqs) and not guides
         coupled = coupling.race_rows(seqs, [self._coupled(s) for s in seqs])
-        return self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick,
-                                   greedy=greedy, coupled=coupled)
+        try:
+            return self.runner.propose([s.block_table for s in seqs], [s.anchor for s in seqs], positions, pick,
+                                       greedy=greedy, coupled=coupled)
+        finally:
+            for _, guide in guides:
+                guide.undo_drafts()
 
     def _device_draws(self, seq: Sequence) -> bool:
         """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
