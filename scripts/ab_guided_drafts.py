@@ -1,6 +1,7 @@
-"""A/B of grammar-guided drafts (spec/round.py GUIDED_DRAFTS) on the shipped pair: mean acceptance length and
-tokens/s for JSON-schema, tool-call, regex and choice requests, with the tokens checked equal both ways.
-Usage: python scripts/ab_guided_drafts.py OUT.json [device]"""
+"""A/B of drafts that follow their request's rules, on the shipped pair: suite "guided" (spec/round.py GUIDED_DRAFTS:
+JSON-schema, tool-call, regex and choice requests) or "processed" (PROCESSED_DRAFTS: penalties, logit_bias, min_p,
+min_tokens). Tokens per round and tokens/s with the switch off and on, the tokens checked equal both ways.
+Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|processed]"""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,12 @@ GUIDES = {"json_schema": Guided(json=SCHEMA, any_whitespace=False),
           "tool_call": Guided(tool_calls=(("get_weather", WEATHER),)),
           "regex": Guided(regex=r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"),
           "choice": Guided(choice=("positive", "negative", "neutral"))}
+PROCESSED = {"repetition_1.3": dict(repetition_penalty=1.3), "repetition_1.05": dict(repetition_penalty=1.05),
+             "presence_frequency": dict(presence_penalty=0.8, frequency_penalty=0.5),
+             "bias_min_tokens": dict(logit_bias={13: -100.0, 198: 1.0}, min_tokens=60),
+             "sampled_repetition_min_p": dict(temperature=0.8, seed=3, repetition_penalty=1.2, min_p=0.05)}
+CODE = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    ", "class Stack:\n",
+        "for key, value in items:\n"]
 QUESTIONS = ["Describe the function parse in JSON.", "What is the weather in Paris?", "When was Python released?",
              "Is this review positive? 'Great library, works well.'"]
 
@@ -35,16 +42,21 @@ def run(llm, prompts, params) -> tuple[list, float]:
     return outs, time.perf_counter() - t
 
 
-def main(out_path: str, device: str = "cpu") -> None:
+def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
     llm = LLM(device=device)
     tok = llm.engine.tokenizer
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
+    if suite == "guided":
+        prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
+        cases = {name: SamplingParams(max_tokens=200, guided=g) for name, g in GUIDES.items()}
+    else:
+        prompts = CODE
+        cases = {name: SamplingParams(max_tokens=200, ignore_eos=True, **kw) for name, kw in PROCESSED.items()}
+    switch = "GUIDED_DRAFTS" if suite == "guided" else "PROCESSED_DRAFTS"
     results = {}
-    for name, guided in GUIDES.items():
-        params = SamplingParams(max_tokens=200, guided=guided)
+    for name, params in cases.items():
         row = {}
         for on in (False, True, False, True):  # interleaved, the second pair kept (the first warms up)
-            spec_round.GUIDED_DRAFTS = on
+            setattr(spec_round, switch, on)
             outs, secs = run(llm, prompts, params)
             rounds = sum(o.stats["rounds"] for o in outs)
             tokens = sum(len(o.token_ids) for o in outs)
@@ -56,7 +68,8 @@ def main(out_path: str, device: str = "cpu") -> None:
               f"tokens/s {row['off']['tokens_per_s']:.0f} -> {row['on']['tokens_per_s']:.0f}, same tokens {same}")
     record = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'x86_64'})",
               "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(), "command": " ".join(["python"] + sys.argv),
-              "config": {"pair": "shipped tiny", "max_tokens": 200, "greedy": True, "prompts": QUESTIONS},
+              "config": {"pair": "shipped tiny", "max_tokens": 200, "suite": suite, "switch": f"spec/round.py {switch}",
+                         "prompts": prompts, "cases": {n: repr(p) for n, p in cases.items()}},
               "results": results}
     with open(out_path, "w") as f:
         json.dump(record, f, indent=1)

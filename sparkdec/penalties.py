@@ -14,11 +14,19 @@ from sparkdec.sampling import SamplingParams
 
 
 def processes(params: SamplingParams) -> bool:
+    """Does this request rewrite or mask its logits (penalties, bias, min_p, min_tokens, guided decoding)?"""
+    return rewrites(params) or params.guided is not None
+
+
+def rewrites(params: SamplingParams) -> bool:
     """Does this request rewrite its logits (min_p only when it samples: greedy decoding keeps the most likely token,
     which min_p never drops)?"""
-    return bool(params.logit_bias or params.repetition_penalty != 1.0 or params.frequency_penalty
-                or params.presence_penalty or (params.min_p > 0.0 and not params.greedy) or params.guided is not None
+    return bool(params.logit_bias or penalizes(params) or (params.min_p > 0.0 and not params.greedy)
                 or params.min_tokens)
+
+
+def penalizes(params: SamplingParams) -> bool:
+    return params.repetition_penalty != 1.0 or bool(params.frequency_penalty or params.presence_penalty)
 
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
@@ -27,21 +35,31 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
     n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor). allowed: bool [n, V], each row's tokens under
     guided decoding (guided.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
     ids)."""
+    n, vocab = logits.shape
+    counts = history_counts(output_ids, drafts[:n - 1], n, vocab, logits.device) if penalizes(params) else None
+    seen = token_mask(prompt_ids, vocab, logits.device) if params.repetition_penalty != 1.0 else None
+    return process(logits, params, counts, seen, params.min_tokens - len(output_ids), stop_ids, allowed)
+
+
+def process(logits: torch.Tensor, params: SamplingParams, counts: torch.Tensor | None, prompt_seen: torch.Tensor | None,
+            early: int, stop_ids: tuple[int, ...], allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """logits [n, V] -> processed [n, V] float32 (a new tensor), in this order: the guided mask (allowed), min_tokens
+    (its first `early` rows never choose stop_ids), logit_bias, the repetition penalty (tokens counted in counts
+    [n, V] or seen in prompt_seen [V]), frequency and presence penalties (counts), min_p."""
     x = logits.float().clone()  # [n, V]
     n, vocab = x.shape
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
-    early = min(n, params.min_tokens - len(output_ids))  # rows choosing one of the first min_tokens tokens
+    early = min(n, early)
     if early > 0 and stop_ids:
         ids = torch.tensor([t for t in stop_ids if t < vocab], dtype=torch.long, device=x.device)
         x[:early, ids] = float("-inf")
     if params.logit_bias:
         ids = torch.tensor([t for t, _ in params.logit_bias], device=x.device)
         x[:, ids] += torch.tensor([b for _, b in params.logit_bias], dtype=torch.float32, device=x.device)
-    if params.repetition_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
-        counts = history_counts(output_ids, drafts[:n - 1], n, vocab, x.device)  # [n, V]
+    if counts is not None:
         if params.repetition_penalty != 1.0:
-            seen = (counts > 0) | token_mask(prompt_ids, vocab, x.device)[None, :]
+            seen = (counts > 0) | prompt_seen[None, :]
             rp = params.repetition_penalty
             x = torch.where(seen, torch.where(x > 0, x / rp, x * rp), x)
         if params.frequency_penalty:
@@ -53,6 +71,27 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
         ratio = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
         x = x.masked_fill(ratio < params.min_p, float("-inf"))  # the most likely token (ratio 1) always stays
     return x
+
+
+class DraftProcessing:
+    """A rewriting sequence's drafter logits, processed slot by slot as the verify will process the row that checks
+    that slot's draft (so drafts follow the penalties, bias and min_tokens the target's rows will), with the drafts so
+    far counted on the device: no host read."""
+
+    def __init__(self, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
+                 stop_ids: tuple[int, ...], vocab: int, device):
+        self.params, self.stop_ids, self.early = params, stop_ids, params.min_tokens - len(output_ids)
+        self.counts = history_counts(output_ids, [], 1, vocab, device) if penalizes(params) else None  # [1, V]
+        self.seen = token_mask(prompt_ids, vocab, device) if params.repetition_penalty != 1.0 else None
+
+    def apply_(self, z: torch.Tensor, k: int) -> None:
+        """z [V], slot k's logits, processed in place (slot k's history: the output and drafts 0 .. k - 1)."""
+        z.copy_(process(z[None], self.params, self.counts, self.seen, self.early - k, self.stop_ids)[0])
+
+    def drafted(self, token: torch.Tensor) -> None:
+        """Count slot k's draft (a 0-dim device tensor) into the history of the slots after it."""
+        if self.counts is not None:
+            self.counts[0].index_add_(0, token.view(1), torch.ones(1, device=token.device))
 
 
 def history_counts(output_ids: list[int], drafts: list[int], n: int, vocab: int, device) -> torch.Tensor:

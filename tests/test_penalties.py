@@ -94,10 +94,14 @@ def test_min_p_keeps_only_tokens_near_the_top(targets):
     SamplingParams(max_tokens=56, ignore_eos=True, presence_penalty=0.8, frequency_penalty=0.5),
     SamplingParams(max_tokens=56, ignore_eos=True, temperature=0.8, seed=5, min_p=0.1, presence_penalty=0.5),
 ])
-def test_speculation_leaves_processed_output_unchanged(params):
+def test_speculation_leaves_processed_output_unchanged(params, monkeypatch):
+    from sparkdec.spec import round as spec_round
+
     prompts = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "]
     plain = LLM(draft=None, speculative=False).generate(prompts, params)
     spec = LLM().generate(prompts, params)
+    monkeypatch.setattr(spec_round, "PROCESSED_DRAFTS", True)  # drafts from logits rewritten as the rows will be
+    assert [o.token_ids for o in LLM().generate(prompts, params)] == [o.token_ids for o in spec]
     base = LLM().generate(prompts, SamplingParams(max_tokens=56, ignore_eos=True, temperature=params.temperature,
                                                   seed=params.seed))
     for a, b, c in zip(plain, spec, base):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from sparkdec.engine.runner import rows_tensor
-from sparkdec.penalties import processed_rows, processes
+from sparkdec.penalties import DraftProcessing, processed_rows, processes, rewrites
 from sparkdec.sampling import draw_tokens
 
 
@@ -36,6 +36,12 @@ def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, lis
     for seq, n in picked:
         out[id(seq)], at = tokens[at:at + n], at + n
     return out
+
+
+def draft_processing(seqs, vocab: int, device) -> list[tuple[int, DraftProcessing]]:
+    """(row, its DraftProcessing) for the proposed sequences that rewrite their logits."""
+    return [(i, DraftProcessing(s.params, s.prompt_ids, s.output_ids, held_back(s), vocab, device))
+            for i, s in enumerate(seqs) if rewrites(s.params)]
 
 
 def held_back(seq) -> tuple[int, ...]:
