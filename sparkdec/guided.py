@@ -14,11 +14,12 @@ from sparkdec.errors import InvalidSamplingParamsError
 
 
 KINDS = ("json", "regex", "choice", "grammar", "tool_calls")
+CACHE_BYTES = 256 << 20  # compiled grammars xgrammar keeps (least recently used go first)
 
 
 @dataclass(frozen=True)
 class Guided:
-    """Exactly one of: json (True: any JSON object or array; a schema as a dict or JSON text), regex, choice (the
+    """Exactly one of: json (True: any JSON object; a schema as a dict or JSON text), regex, choice (the
     output is one of these strings), grammar (EBNF in xgrammar's dialect, rule `root`), tool_calls ((name, JSON
     schema of its arguments) per tool: the output is one or more Qwen3 `<tool_call>` blocks, each calling one of them,
     at most max_calls). any_whitespace (JSON only):
@@ -33,20 +34,48 @@ class Guided:
     any_whitespace: bool = True
 
     def __post_init__(self):
+        def bad(message: str):
+            raise InvalidSamplingParamsError(message)
+
         if isinstance(self.json, dict):
             # hashable; keys keep their order (the grammar emits properties in the schema's order)
             object.__setattr__(self, "json", json.dumps(self.json))
-        if self.choice is not None:
-            object.__setattr__(self, "choice", tuple(self.choice))
-        if self.tool_calls is not None:
-            object.__setattr__(self, "tool_calls", tuple(
-                (name, schema if isinstance(schema, str) else json.dumps(schema)) for name, schema in self.tool_calls))
         given = [name for name in KINDS if getattr(self, name) not in (None, False)]
         if len(given) != 1:
-            raise InvalidSamplingParamsError(f"guided decoding takes exactly one of {', '.join(KINDS)}; "
-                                             f"got {', '.join(given) or 'none'}")
-        if self.choice is not None and (not self.choice or not all(isinstance(c, str) and c for c in self.choice)):
-            raise InvalidSamplingParamsError("guided choice must be a non-empty list of non-empty strings")
+            bad(f"guided decoding takes exactly one of {', '.join(KINDS)}; got {', '.join(given) or 'none'}")
+        if self.json is not None and not isinstance(self.json, (bool, str)):
+            bad(f"guided json must be true (any JSON object) or a JSON schema object, got {self.json!r}")
+        for name in ("regex", "grammar"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                bad(f"guided {name} must be a string, got {getattr(self, name)!r}")
+        if self.choice is not None:
+            if not isinstance(self.choice, (list, tuple)) or not self.choice or not all(
+                    isinstance(c, str) and c for c in self.choice):
+                bad("guided choice must be a non-empty list of non-empty strings")
+            object.__setattr__(self, "choice", tuple(self.choice))
+        if self.tool_calls is not None:
+            object.__setattr__(self, "tool_calls", _tools(self.tool_calls, bad))
+        if not isinstance(self.max_calls, int) or self.max_calls < 1:
+            bad(f"max_calls must be a positive integer, got {self.max_calls!r}")
+
+
+def _tools(tools, bad) -> tuple[tuple[str, str], ...]:
+    """tool_calls as ((name, parameters schema as JSON text), ...), checked."""
+    if not isinstance(tools, (list, tuple)) or not tools:
+        bad("guided tool_calls must be a non-empty list of (name, parameters schema)")
+    out = []
+    for name, schema in tools:
+        if not isinstance(name, str) or not name:
+            bad(f"a tool's name must be a non-empty string, got {name!r}")
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError:
+                bad(f"tool {name}'s parameters are not JSON: {schema[:80]!r}")
+        if not isinstance(schema, dict):
+            bad(f"tool {name}'s parameters must be a JSON schema object, got {schema!r}")
+        out.append((name, json.dumps(schema)))
+    return tuple(out)
 
 
 class GuideCompiler:
@@ -63,10 +92,8 @@ class GuideCompiler:
     def compile(self, guided: Guided):
         compiler = self._get()
         try:
-            if guided.json is True and guided.any_whitespace:
-                return compiler.compile_builtin_json_grammar()
-            if guided.json is not None:  # (schema {} is any JSON value)
-                schema = "{}" if guided.json is True else guided.json
+            if guided.json is not None:
+                schema = '{"type": "object"}' if guided.json is True else guided.json
                 return compiler.compile_json_schema(schema, any_whitespace=guided.any_whitespace)
             if guided.regex is not None:
                 return compiler.compile_regex(guided.regex)
@@ -76,7 +103,7 @@ class GuideCompiler:
                 return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c, ensure_ascii=False)
                                                                          for c in guided.choice))
             return compiler.compile_grammar(guided.grammar)
-        except RuntimeError as e:  # xgrammar: "[time] file.cc:line: message"
+        except (RuntimeError, ValueError, TypeError, KeyError) as e:  # xgrammar: "[time] file.cc:line: message"
             kind = next(k for k in KINDS if getattr(guided, k) not in (None, False))
             message = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", str(e).strip())
             raise InvalidSamplingParamsError(f"the guided {kind} does not compile: {message}") from None
@@ -89,7 +116,8 @@ class GuideCompiler:
                 import xgrammar as xgr
             except ImportError:
                 raise InvalidSamplingParamsError("guided decoding needs xgrammar: pip install xgrammar") from None
-            self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1)
+            self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1,
+                                                 cache_limit_bytes=CACHE_BYTES)
         return self._compiler
 
 
@@ -102,15 +130,23 @@ def tool_calls_grammar(tools: tuple[tuple[str, str], ...], max_calls: int):
     def literal(text: str):
         return xgr.Grammar.from_ebnf("root ::= " + json.dumps(text))
 
-    bodies = [xgr.Grammar.from_json_schema({"type": "object", "properties": {
-        "name": {"const": name}, "arguments": json.loads(schema)}, "required": ["name", "arguments"],
-        "additionalProperties": False}, any_whitespace=False) for name, schema in tools]
+    bodies = [xgr.Grammar.from_json_schema(_call_schema(name, json.loads(schema)), any_whitespace=False)
+              for name, schema in tools]
     call = xgr.Grammar.concat(literal("<tool_call>\n"), xgr.Grammar.union(*bodies) if len(bodies) > 1 else bodies[0],
                               literal("\n</tool_call>"))
     calls = call
     for _ in range(max_calls - 1):  # call ("\n" call ("\n" call ...)?)?, nested from the last
         calls = xgr.Grammar.concat(call, xgr.Grammar.union(literal(""), xgr.Grammar.concat(literal("\n"), calls)))
     return calls
+
+
+def _call_schema(name: str, parameters: dict) -> dict:
+    """The schema of one call's JSON: {"name": name, "arguments": parameters}; the parameters' definitions ($defs,
+    definitions) lifted to the root, where their "#/$defs/..." references point."""
+    parameters = dict(parameters)
+    lifted = {key: parameters.pop(key) for key in ("$defs", "definitions") if key in parameters}
+    return {"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
+            "required": ["name", "arguments"], "additionalProperties": False, **lifted}
 
 
 def token_info(tokenizer, vocab_size: int):
@@ -145,10 +181,10 @@ class Matcher:
         self._drafted = 0  # drafts the matcher holds now (a propose's walk)
         self._walking = True  # False once a draft ended the grammar or was refused: later slots go unmasked
 
-    def accept(self, token: int) -> None:
-        """A committed token: one a mask allowed, so the grammar takes it (a stop token ends the grammar)."""
-        if not self._m.is_terminated() and not self._m.accept_token(token):
-            raise RuntimeError(f"guided decoding: the grammar refused committed token {token}")
+    def accept(self, token: int) -> bool:
+        """A committed token (one a mask allowed, so the grammar takes it; a stop token ends the grammar) -> False if
+        the grammar refuses it after all."""
+        return self._m.is_terminated() or self._m.accept_token(token)
 
     def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor:
         """bool [n, V]: row k's allowed tokens after the committed tokens and drafts[:k]. Rows past a draft the

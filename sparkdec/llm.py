@@ -21,6 +21,7 @@ class RequestOutput:
     # per token when SamplingParams.logprobs is set: (id, log-probability, ((id, log-probability), ...) of the top ones)
     logprobs: list[tuple[int, float, tuple]] | None = None
     prompt_logprobs: list[tuple[int, float | None, tuple]] | None = None  # SamplingParams.prompt_logprobs
+    error: str | None = None  # why it ended with finish_reason "error" (e.g. its grammar allowed no next token)
 
 
 def request_stats(seq: Sequence) -> dict:
@@ -36,7 +37,7 @@ def request_stats(seq: Sequence) -> dict:
 
 def to_output(seq: Sequence) -> RequestOutput:
     return RequestOutput(seq.request_id, list(seq.prompt_ids), seq.text, list(seq.output_ids), seq.finish_reason,
-                         request_stats(seq), seq.rounds, _copy(seq.logprobs), _copy(seq.prompt_logprobs))
+                         request_stats(seq), seq.rounds, _copy(seq.logprobs), _copy(seq.prompt_logprobs), seq.error)
 
 
 def _copy(entries: list | None) -> list | None:

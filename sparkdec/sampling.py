@@ -81,6 +81,8 @@ class SamplingParams:
             k = getattr(self, name)
             if k is not None and not (isinstance(k, int) and 0 <= k <= MAX_LOGPROBS):
                 bad(f"{name} must be an integer from 0 to {MAX_LOGPROBS} (the top alternatives per token), got {k!r}")
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            bad(f"stop_token_ids must be token ids (integers >= 0), got {list(self.stop_token_ids)!r}")
         if any(not s for s in self.stop):
             bad("stop strings must be non-empty")
         self._validate_processing(bad)
@@ -89,8 +91,8 @@ class SamplingParams:
         for name in ("frequency_penalty", "presence_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 bad(f"{name} must be in [-2, 2] (0 disables it), got {getattr(self, name)!r}")
-        if not 0.0 < self.repetition_penalty < float("inf"):
-            bad(f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}")
+        if not 0.01 <= self.repetition_penalty <= 100.0:
+            bad(f"repetition_penalty must be in [0.01, 100] (1 disables it), got {self.repetition_penalty!r}")
         if not 0.0 <= self.min_p <= 1.0:
             bad(f"min_p must be in [0, 1] (0 disables it), got {self.min_p!r}")
         if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:

@@ -71,7 +71,7 @@ def test_any_json_and_a_mixed_batch(engines):
     for prompt, p, out in zip(PROMPTS, params, together):
         assert out.token_ids == llm.generate([prompt], p)[0].token_ids
     if together[0].finish_reason == "stop":
-        json.loads(together[0].text)
+        assert isinstance(json.loads(together[0].text), dict)  # json=True: an object, as OpenAI's json_object
     assert together[2].text in ("alpha", "beta")
 
 
@@ -165,3 +165,41 @@ def test_drafts_follow_the_grammar(engines):
     finally:
         spec_round.GUIDED_DRAFTS = True
     assert unguided.token_ids == out.token_ids and unguided.stats["rounds"] > out.stats["rounds"]
+
+
+def test_a_grammar_that_leads_nowhere_ends_only_its_request(engines):
+    """A grammar that compiles but after some text allows no token (or penalties that overflow) ends its request with
+    an error of its own; the requests beside it go on with their own tokens."""
+    llm = engines["spec"]
+    alone = llm.generate([PROMPTS[1]], SamplingParams(max_tokens=20))[0]
+    dead = [Guided(regex="ab[^\\s\\S]"), Guided(grammar='root ::= "a" b\nb ::= b "c"')]
+    outs = llm.generate([PROMPTS[0], PROMPTS[0], PROMPTS[1]],
+                        [SamplingParams(max_tokens=20, guided=dead[0]),
+                         SamplingParams(max_tokens=20, temperature=0.8, seed=1, guided=dead[1]),
+                         SamplingParams(max_tokens=20)])
+    assert [o.finish_reason for o in outs] == ["error", "error", "length"]
+    assert outs[0].text == "ab" and outs[1].text == "a" and "no token can follow" in outs[0].error
+    assert outs[2].token_ids == alone.token_ids and outs[2].error is None
+    comma = llm.engine.tokenizer.encode(",")[0]  # a stop id the grammar needs: the request stops there
+    out = llm.generate(["x"], SamplingParams(max_tokens=20, guided=Guided(regex="ab,cd"), stop_token_ids=[comma]))[0]
+    assert out.finish_reason == "stop" and out.text == "ab," and out.token_ids[-1] == comma
+
+
+def test_tool_schemas_with_definitions_and_checked_fields(engines):
+    city = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}}, "required": ["name"]}
+    params = {"type": "object", "properties": {"city": {"$ref": "#/$defs/City"}}, "required": ["city"],
+              "$defs": {"City": city}}
+    out = engines["spec"].generate(["Weather?"], SamplingParams(
+        max_tokens=200, guided=Guided(tool_calls=(("get_weather", params),))))[0]
+    call = json.loads(out.text.split("\n")[1])
+    assert call["name"] == "get_weather" and set(call["arguments"]["city"]) == {"name"}
+    for kw, match in [(dict(json=5), "guided json must be true"), (dict(regex=5), "guided regex must be a string"),
+                      (dict(choice="abc"), "non-empty list of non-empty strings"),
+                      (dict(tool_calls=()), "non-empty list of"),
+                      (dict(tool_calls=(("f", "{not json"),)), "parameters are not JSON")]:
+        with pytest.raises(InvalidSamplingParamsError, match=match):
+            Guided(**kw)
+    with pytest.raises(InvalidSamplingParamsError, match="stop_token_ids must be token ids"):
+        SamplingParams(stop_token_ids=[-1])
+    with pytest.raises(InvalidSamplingParamsError, match="stop_token_ids names token ids"):
+        engines["plain"].generate(["x"], SamplingParams(stop_token_ids=[10 ** 7]))

@@ -126,7 +126,7 @@ def test_processing_parameters_are_checked():
     assert not processes(SamplingParams(min_p=0.3))  # greedy: min_p never drops the most likely token
     assert processes(SamplingParams(temperature=1.0, min_p=0.3))
     for bad, match in [({"presence_penalty": 2.5}, "presence_penalty must be in"),
-                       ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
+                       ({"repetition_penalty": 0.0}, "repetition_penalty must be in \\[0.01, 100\\]"),
                        ({"min_p": 1.5}, "min_p must be in"),
                        ({"logit_bias": {5: 101.0}}, "logit_bias values must be in"),
                        ({"logit_bias": {-1: 1.0}}, "logit_bias keys must be token ids"),

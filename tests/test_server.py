@@ -447,6 +447,11 @@ def test_bad_inputs_get_status_and_message(server):
         ({**ok, "guided_regex": "a+", "guided_choice": ["a"]}, 400, "each ask for a structured output; send one"),
         ({**ok, "guided_choice": ["a"], "ignore_eos": True}, 400, "ignore_eos cannot be combined"),
         ({**ok, "structured_outputs": {"xml": "<a/>"}}, 400, "structured_outputs does not support xml"),
+        ({**ok, "structured_outputs": {"json": 5}}, 400, "guided json must be true"),
+        ({**ok, "response_format": {"type": "json_schema", "json_schema": "{}"}}, 400, "json_schema.schema"),
+        ({**ok, "max_tokens": 8, "guided_regex": "ab[^\\s\\S]"}, 400, "no token can follow"),  # a dead end
+        ({**ok, "tool_choice": "required"}, 200, ""),  # completions: a stray field, ignored
+        ({**ok, "stop_token_ids": [-3]}, 400, "stop_token_ids must be token ids"),
         ({**ok, "min_tokens": 0, "some_future_field": 3}, 200, ""),  # no effect: accepted
         ({**ok, "temperature": -1}, 400, "temperature"),
         ({**ok, "top_p": 0}, 400, "top_p"),

@@ -157,13 +157,16 @@ class Engine:
                     request_id: str | None = None, trace: bool = False) -> Sequence:
         params = params or SamplingParams()
         params.validate()
-        outside = [t for t, _ in params.logit_bias if t >= self.target_cfg.vocab_size]
-        if outside:
-            raise InvalidSamplingParamsError(f"logit_bias names token ids {outside[:5]} outside the vocabulary "
-                                             f"(0..{self.target_cfg.vocab_size - 1}); drop them")
+        vocab = self.target_cfg.vocab_size
+        for name, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
+            outside = [t for t in ids if t >= vocab]
+            if outside:
+                raise InvalidSamplingParamsError(f"{name} names token ids {outside[:5]} outside the vocabulary "
+                                                 f"(0..{vocab - 1}); drop them")
         ids = self.encode_prompt(prompt)
         eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
-        guide = self.guides.matcher(params.guided, eos + params.stop_token_ids) if params.guided else None
+        # (the grammar ends with EOS; a stop id is an ordinary token to it, which ends the request where it comes)
+        guide = self.guides.matcher(params.guided, eos) if params.guided else None
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
                        seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
                        rounds=[] if trace else None, arrival=time.perf_counter(),

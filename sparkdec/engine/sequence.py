@@ -99,6 +99,7 @@ class Sequence:
     page_keys: list[bytes] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
     guide: object | None = None  # guided decoding's matcher (guided.Matcher), advanced by each committed token
+    error: str | None = None  # why the request ended with finish_reason "error" (its own fault: see fail)
 
     @property
     def num_tokens(self) -> int:
@@ -142,11 +143,16 @@ class Sequence:
         """How many more tokens this sequence may still emit (max_tokens and the context window)."""
         return min(self.params.max_tokens - len(self.output_ids), self.max_model_len - self.num_tokens)
 
+    def fail(self, message: str) -> None:
+        """End this request with an error of its own (the others go on)."""
+        self.finish_reason, self.error = "error", message
+
     def append(self, token: int) -> bool:
         """Commit one token; returns True when it ends the sequence (EOS, stop id, length)."""
         self.output_ids.append(token)
-        if self.guide is not None:
-            self.guide.accept(token)
+        if self.guide is not None and not self.guide.accept(token):
+            self.fail(f"guided decoding: the grammar refused token {token}")
+            return True
         p = self.params
         if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_ids):
             self.finish_reason = "stop"

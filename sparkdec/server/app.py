@@ -133,7 +133,7 @@ async def _generate(request: Request, body, prompts: list, kind: str, engine, lo
         return Response(status_code=499)
     for snap in snaps:
         if snap.error:
-            raise P.RequestError(500, snap.error, "server_error")
+            raise P.RequestError(400 if snap.error_type == "invalid_request_error" else 500, snap.error, snap.error_type)
     return C.response(kind, rid, model_name, choices, snaps)
 
 

@@ -36,6 +36,7 @@ class Snapshot:
     finish_reason: str | None
     spec: dict | None = None  # speculative stats, on the final snapshot
     error: str | None = None
+    error_type: str = "server_error"  # invalid_request_error: the request's own (a grammar with no way on)
     stats: SpecStats | None = None  # a copy of the request's counters, on the final snapshot (merged across choices)
     logprobs: Entries | None = None  # sequence.logprobs so far, when the request asked for them
     prompt_logprobs: tuple | None = None  # sequence.prompt_logprobs once the prompt is scored, when asked for
@@ -155,6 +156,9 @@ class EngineLoop:
         tracked = self._live.get(seq.request_id)
         if tracked is None:
             return
+        error_type = "server_error"
+        if error is None and seq.error is not None:
+            error, error_type = seq.error, "invalid_request_error"
         finish = seq.finish_reason if error is None else "error"
         spec = stats = None
         if finish is not None:
@@ -162,7 +166,8 @@ class EngineLoop:
         logprobs = Entries(seq.logprobs, len(seq.logprobs)) if seq.logprobs is not None else None
         if tracked.prompt_logprobs is None and seq.prompt_logprobs is not None and seq.prefill_done:
             tracked.prompt_logprobs = tuple(seq.prompt_logprobs)
-        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, stats, logprobs, tracked.prompt_logprobs)
+        snap = Snapshot(seq.text, len(seq.output_ids), finish, spec, error, error_type, stats, logprobs,
+                        tracked.prompt_logprobs)
         if self.metrics:
             self._observe(tracked, seq, finish)
         if finish is not None:

@@ -31,7 +31,7 @@ class StreamOptions(BaseModel):
 
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
-UNSUPPORTED = {"bad_words": (None, [])}
+UNSUPPORTED = {"bad_words": (None, []), "guided_whitespace_pattern": (None,)}
 
 
 class _Common(BaseModel):

@@ -109,7 +109,7 @@ async def stream_events(choices: list, rid: str, model: str, kind: str, include_
     async with aclosing(snapshots([c.handle for c in choices])) as updates:  # (its waits end with the stream)
         async for i, snap in updates:
             if snap.error:
-                yield sse(P.error_body(snap.error, "server_error"))
+                yield sse(P.error_body(snap.error, snap.error_type))
                 break
             for event in streams[i].events(snap):
                 yield event

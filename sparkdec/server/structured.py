@@ -41,7 +41,9 @@ def forced_tools(body) -> dict | None:
     ...}} (one call of that tool) -> Guided's tool_calls fields; None for auto / none / no tool_choice."""
     from sparkdec.server.protocol import RequestError
 
-    choice = getattr(body, "tool_choice", None)
+    if "tools" not in type(body).model_fields:  # (completions: a stray tool_choice field is ignored)
+        return None
+    choice = body.tool_choice
     if choice in (None, "auto", "none"):
         return None
     offered = {}
@@ -75,7 +77,8 @@ def _response_format(rf: dict) -> dict | None:
     if kind == "json_object":
         return {"json": True}
     if kind == "json_schema":
-        schema = (rf.get("json_schema") or {}).get("schema")
+        spec = rf.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
             raise RequestError(400, "response_format json_schema needs json_schema.schema, a JSON schema object",
                                param="response_format")
@@ -89,6 +92,9 @@ def _structured_outputs(so: dict) -> dict:
 
     so = dict(so)
     whitespace = not so.pop("disable_any_whitespace", False)
+    so.pop("disable_fallback", None)  # (a backend switch: there is one backend)
+    if so.pop("json_object", None):
+        so["json"] = True
     unknown = [k for k, v in so.items() if k not in KINDS and v not in (None, False)]
     if unknown:
         raise RequestError(400, f"structured_outputs does not support {', '.join(unknown)}; use one of "

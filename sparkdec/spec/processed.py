@@ -24,6 +24,27 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
     return out
 
 
+def dead_rows(rows: dict[int, torch.Tensor]) -> dict[int, int]:
+    """id(seq) -> its first processed row with no token to choose (every logit -inf, or a +inf or NaN among them: a
+    grammar that leads nowhere, or penalties that overflow), for the sequences that have one; one device->host
+    read."""
+    if not rows:
+        return {}
+    keys = list(rows)
+    ok = [((x.isfinite() | (x == float("-inf"))).all(-1) & x.isfinite().any(-1)) for x in rows.values()]  # [n] each
+    flags = torch.cat(ok).tolist()
+    out, at = {}, 0
+    for key, x in zip(keys, rows.values()):
+        bad = [k for k, fine in enumerate(flags[at:at + x.shape[0]]) if not fine]
+        if bad:
+            out[key] = bad[0]
+        at += x.shape[0]
+    return out
+
+
+DEAD_END = "no token can follow: the request's grammar or logit processing leaves every token out after {!r}"
+
+
 def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, list[int]]:
     """id(seq) -> the token each of its processed rows chooses (sampling.draw_tokens: the argmax, or the race plain
     sampling runs), for the sequences with processed rows for which batched(seq) holds; one device->host read."""
@@ -49,9 +70,12 @@ def held_back(seq) -> tuple[int, ...]:
     return (() if seq.params.ignore_eos else seq.eos_ids) + seq.params.stop_token_ids
 
 
-def first_token(seq, row: torch.Tensor, sample) -> int:
-    """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token)."""
+def first_token(seq, row: torch.Tensor, sample) -> int | None:
+    """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token); None when
+    no token can be chosen (dead_rows)."""
     row = rows_tensor(row)
     allowed = seq.guide.allowed([], 1, row.device) if seq.guide is not None else None
     x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq))
+    if dead_rows({0: x}):
+        return None
     return sample(x[0], seq.params, seq.seed, len(seq.prompt_ids))

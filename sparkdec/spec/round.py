@@ -248,11 +248,17 @@ class RoundRunner:
         touched, scores = [], logprobs.RoundScores()
         rows = processed.process_spans(spans, logits, drafts) if self.simulate is None else {}
         picks = processed.drawn_tokens(spans, rows, self._drawn_after)
+        dead = processed.dead_rows(rows)
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
                                  picks.get(id(seq)))
             s = seq.anchor_position
+            end = dead.get(id(seq))
+            if end is not None and end < len(tokens):  # a row with nothing to choose: its token and the rest go
+                self._dead_end(seq, tokens[:end], s)
+                touched.append(seq)
+                continue
             committed = commit_tokens(seq, tokens, self.decode)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
@@ -266,6 +272,10 @@ class RoundRunner:
             # greedy: the round's readback already holds the argmax (no extra device read)
             if processes(seq.params):
                 token = processed.first_token(seq, logits[r:r + 1], sample_token)
+                if token is None:
+                    self._dead_end(seq, [], seq.num_computed)
+                    touched.append(seq)
+                    continue
             elif seq.params.greedy:
                 token = argmax[r]
             else:
@@ -279,6 +289,14 @@ class RoundRunner:
         t3 = time.perf_counter()
         self._time(t0, t1, t2, t3)
         return touched
+
+    def _dead_end(self, seq: Sequence, tokens: list[int], s: int) -> None:
+        """Commit the tokens before a processed row that leaves no token to choose, then end the request with an
+        error of its own (spec/processed.py dead_rows)."""
+        commit_tokens(seq, tokens, self.decode)
+        seq.num_computed = s + len(tokens)
+        if seq.finish_reason is None:
+            seq.fail(processed.DEAD_END.format(seq.text[-40:]))
 
     def _chains(self, dec: list[Sequence], spec: list[Sequence]) -> bool:
         """Can the next round's propose be queued before this round is read back? Every decode sequence speculates
