@@ -22,7 +22,8 @@ class Guided:
     """Exactly one of: json (True: any JSON object; a schema as a dict or JSON text), regex, choice (the
     output is one of these strings), grammar (EBNF in xgrammar's dialect, rule `root`), tool_calls ((name, JSON
     schema of its arguments) per tool: the output is one or more Qwen3 `<tool_call>` blocks, each calling one of them,
-    at most max_calls). any_whitespace (JSON only):
+    at most max_calls). after: a token (as the tokenizer spells it, e.g. Qwen3's `</think>`) before which the output is
+    free; the grammar applies from the token after it. any_whitespace (JSON only):
     whitespace may be any run between JSON's tokens, as vLLM's default; False: `, ` and `: ` only, for models that
     loop on whitespace (vLLM's disable_any_whitespace)."""
     json: bool | str | None = None
@@ -32,6 +33,7 @@ class Guided:
     tool_calls: tuple[tuple[str, str], ...] | None = None
     max_calls: int = 1
     any_whitespace: bool = True
+    after: str | None = None
 
     def __post_init__(self):
         def bad(message: str):
@@ -55,6 +57,8 @@ class Guided:
             object.__setattr__(self, "choice", tuple(self.choice))
         if self.tool_calls is not None:
             object.__setattr__(self, "tool_calls", _tools(self.tool_calls, bad))
+        if self.after is not None and (not isinstance(self.after, str) or not self.after):
+            bad(f"guided after must be a token's text, got {self.after!r}")
         if not isinstance(self.max_calls, int) or self.max_calls < 1:
             bad(f"max_calls must be a positive integer, got {self.max_calls!r}")
 
@@ -87,7 +91,13 @@ class GuideCompiler:
         self._compiler = None
 
     def matcher(self, guided: Guided, stop_ids: tuple[int, ...]) -> "Matcher":
-        return Matcher(self.compile(guided), stop_ids, self.vocab_size)
+        after = None
+        if guided.after is not None:
+            after = self.tokenizer.token_to_id(guided.after) if self.tokenizer is not None else None
+            if after is None:
+                raise InvalidSamplingParamsError(f"guided after must be one token of this model's tokenizer; "
+                                                 f"{guided.after!r} is not")
+        return Matcher(self.compile(guided), stop_ids, self.vocab_size, after)
 
     def compile(self, guided: Guided):
         compiler = self._get()
@@ -172,7 +182,7 @@ class Matcher:
     drafts (draft_mask, draft, undo_drafts) and a verify through the drafts before each row (allowed), each leaving it
     where it was."""
 
-    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int):
+    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int, after: int | None = None):
         import xgrammar as xgr
 
         self._m = xgr.GrammarMatcher(compiled, override_stop_tokens=list(stop_ids) or None)
@@ -180,10 +190,16 @@ class Matcher:
         self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
         self._drafted = 0  # drafts the matcher holds now (a propose's walk)
         self._walking = True  # False once a draft ended the grammar or was refused: later slots go unmasked
+        self._after = after  # the token the grammar starts after (Guided.after), None once committed
+        self._passed = False  # a propose's walk has drafted it
 
     def accept(self, token: int) -> bool:
         """A committed token (one a mask allowed, so the grammar takes it; a stop token ends the grammar) -> False if
         the grammar refuses it after all."""
+        if self._after is not None:  # still before the grammar
+            if token == self._after:
+                self._after = None
+            return True
         return self._m.is_terminated() or self._m.accept_token(token)
 
     def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor:
@@ -196,8 +212,11 @@ class Matcher:
             self._bits = xgr.allocate_token_bitmask(n, self.vocab_size)
         bits = self._bits[:n]
         bits.fill_(-1)  # every bit set: every token allowed
+        start = 0  # the first row under the grammar
+        if self._after is not None:
+            start = next((j + 1 for j, d in enumerate(drafts[:n - 1]) if d == self._after), n)
         taken = 0
-        for k in range(n):
+        for k in range(start, n):
             if self._m.is_terminated():
                 break
             self._m.fill_next_token_bitmask(self._bits, k)
@@ -211,14 +230,16 @@ class Matcher:
     def draft_mask(self, device) -> torch.Tensor | None:
         """bool [V]: the tokens the grammar allows for the next draft (after the committed tokens and the drafts so
         far), or None when the walk has ended."""
-        if not self._walking or self._m.is_terminated():
+        if not self._walking or self._m.is_terminated() or (self._after is not None and not self._passed):
             return None
         self._m.fill_next_token_bitmask(self._bits, 0)
         return self._unpack(self._bits[:1], device)[0]
 
     def draft(self, token: int) -> None:
         """A drafted token, held until undo_drafts (one the grammar refuses ends the walk)."""
-        if self._walking and not self._m.is_terminated():
+        if self._after is not None and not self._passed:
+            self._passed = token == self._after
+        elif self._walking and not self._m.is_terminated():
             if self._m.accept_token(token):
                 self._drafted += 1
             else:
@@ -227,7 +248,7 @@ class Matcher:
     def undo_drafts(self) -> None:
         if self._drafted:
             self._m.rollback(self._drafted)
-        self._drafted, self._walking = 0, True
+        self._drafted, self._walking, self._passed = 0, True, False
 
     def _unpack(self, bits: torch.Tensor, device) -> torch.Tensor:
         """int32 [n, W] bitmask -> bool [n, V] on device (bit j of word w: token 32 w + j)."""

@@ -203,3 +203,18 @@ def test_tool_schemas_with_definitions_and_checked_fields(engines):
         SamplingParams(stop_token_ids=[-1])
     with pytest.raises(InvalidSamplingParamsError, match="stop_token_ids names token ids"):
         engines["plain"].generate(["x"], SamplingParams(stop_token_ids=[10 ** 7]))
+
+
+def test_grammar_after_a_token(engines):
+    """Guided(after=token): the output is free up to and including that token, then follows the grammar (how a
+    thinking model's answer is guided after its `</think>`); speculation changes nothing."""
+    guided = Guided(regex=r" [0-9]{1,4}", after="Ġ=")  # (the byte-level piece of " =")
+    for temperature in (0.0, 0.8):
+        params = SamplingParams(max_tokens=120, temperature=temperature, seed=2, guided=guided)
+        out = engines["spec"].generate(PROMPTS[:2], params)
+        assert [o.token_ids for o in out] == [o.token_ids for o in engines["plain"].generate(PROMPTS[:2], params)]
+        for o in out:
+            head, _, tail = o.text.partition(" =")
+            assert o.finish_reason == "stop" and re.fullmatch(r" [0-9]{1,4}", tail), o.text
+    with pytest.raises(InvalidSamplingParamsError, match="guided after must be one token"):
+        engines["plain"].generate(["x"], SamplingParams(guided=Guided(json=True, after="no such token")))

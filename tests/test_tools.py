@@ -117,3 +117,24 @@ def test_reasoning_comes_apart_from_content_and_calls_whole_and_streamed():
     assert "".join(d.get("reasoning_content", "") for d in deltas) == "The user wants the weather."
     assert "".join(d.get("content", "") for d in deltas) == ""
     assert [t["function"]["name"] for d in deltas for t in d.get("tool_calls", [])] == ["get_weather"]
+
+
+def test_structured_output_starts_after_thinking():
+    """With a reasoning parser, a chat whose model will think first gets its grammar after `</think>`; with thinking
+    off (an empty think block closes the prompt) or a tokenizer without that token, from the first token."""
+    from types import SimpleNamespace
+
+    from sparkdec import Guided, SamplingParams
+    from sparkdec.server import reasoning
+    from sparkdec.server.choices import _guided_after_thinking
+
+    def engine(has_token: bool):
+        return SimpleNamespace(tokenizer=SimpleNamespace(token_to_id=lambda t: 7 if has_token else None))
+
+    params = SamplingParams(guided=Guided(json=True))
+    thinking, answering = "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert reasoning.thinks(thinking) and not reasoning.thinks(answering)
+    assert _guided_after_thinking(engine(True), params, thinking, True).guided.after == "</think>"
+    for eng, prompt, parsed in ((engine(True), answering, True), (engine(False), thinking, True),
+                                (engine(True), thinking, False)):
+        assert _guided_after_thinking(eng, params, prompt, parsed).guided.after is None

@@ -37,7 +37,7 @@ def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = Fal
     out = []
     for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
-        params = body.sampling_params(default_max)
+        params = _guided_after_thinking(engine, body.sampling_params(default_max), prompt, reasoning and kind == "chat")
         echo = _echo_text(engine, prompt) if getattr(body, "echo", False) else ""
         for i in range(body.n):
             index = p * body.n + i
@@ -46,6 +46,15 @@ def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = Fal
             out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo, logprobs=formatter,
                               tools=getattr(body, "calls_tools", False), reasoning=reasoning and kind == "chat"))
     return out
+
+
+def _guided_after_thinking(engine, params, prompt, parsed: bool):
+    """A structured output on a server that parses reasoning starts after the model's `</think>` when the model will
+    think first (vLLM's behaviour): its thinking stays free and comes back as reasoning_content."""
+    if (parsed and params.guided is not None and isinstance(prompt, str) and reasoning.thinks(prompt)
+            and engine.tokenizer.token_to_id(reasoning.CLOSE) is not None):
+        return replace(params, guided=replace(params.guided, after=reasoning.CLOSE))
+    return params
 
 
 def _echo_text(engine, prompt) -> str:
