@@ -49,7 +49,7 @@ def test_responses_carry_tool_calls_whole_and_streamed():
     assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"] * 2
     plain = response("chat", "r", "m", [_choice(False)], [final])["choices"][0]  # no tools offered: text as is
     assert plain["message"] == {"role": "assistant", "content": TEXT} and plain["finish_reason"] == "stop"
-    # streamed: the text before the first call as it comes, then the calls in one delta, then the finish
+    # streamed: the text before the first call as it comes, each call once its block closes, then the finish
     stream = _ChoiceStream(_choice(True), "r", "m", chat=True)
     events = []
     for k in range(1, len(TEXT), 7):
@@ -60,6 +60,8 @@ def test_responses_carry_tool_calls_whole_and_streamed():
     assert "".join(d.get("content", "") for d in deltas) == "Let me check.\n\n"
     streamed_calls = [t for d in deltas for t in d.get("tool_calls", [])]
     assert [t["index"] for t in streamed_calls] == [0, 1]
+    first = next(i for i, d in enumerate(deltas) if d.get("tool_calls"))
+    assert first < len(deltas) - 3  # the first call went out before the output ended, the second later
     assert [t["function"]["arguments"] for t in streamed_calls] == [
         c["function"]["arguments"] for c in choice["message"]["tool_calls"]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -51,11 +51,12 @@ async def snapshots(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Sn
 
 class _ChoiceStream:
     """The events of one choice, from its successive snapshots: text as it becomes stable, each token's
-    log-probabilities once, the echoed prompt first, tool calls whole at the end."""
+    log-probabilities once, the echoed prompt first, each tool call whole once its block is closed."""
 
     def __init__(self, choice, rid: str, model: str, chat: bool):
         self.c, self.rid, self.model, self.chat = choice, rid, model, chat
         self.shown = self.scored = self.tokens = self.thought = 0  # characters of content / reasoning shown
+        self.calls = 0  # tool calls sent
         self.echoed = not choice.echo
 
     def chunk(self, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
@@ -79,9 +80,10 @@ class _ChoiceStream:
             out.append(self.chunk(text[self.shown:], logprobs=self.c.logprobs_of(new_scores)))
             self.shown, self.scored = len(text), self.scored + len(new_scores)
         self.tokens = snap.num_tokens
-        if calls:
-            delta = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls)]}
+        if len(calls) > self.calls:  # each call once (the same blocks parse to the same calls, in order)
+            delta = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls) if k >= self.calls]}
             out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
+            self.calls = len(calls)
         if finish is not None:
             out.append(self.chunk("", finish, speculative=snap.spec))
         return out
@@ -91,7 +93,9 @@ class _ChoiceStream:
         if snap.finish_reason is None:
             text = stable_prefix(snap.text, self.c.params.stop)
             thought, text = reasoning.split(text, final=False) if self.c.reasoning else ("", text)
-            return thought, (tools.streamable(text) if self.c.tools else text), [], None
+            if not self.c.tools:
+                return thought, text, [], None
+            return thought, tools.streamable(text), tools.complete_calls(text), None
         if not (self.c.tools or self.c.reasoning):
             return "", snap.text, [], snap.finish_reason
         message, calls = chat_message(self.c, snap.text)

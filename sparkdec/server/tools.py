@@ -38,6 +38,12 @@ def _call_of(body: str) -> dict | None:
             "function": {"name": obj["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}}
 
 
+def complete_calls(text: str) -> list[dict]:
+    """The calls of a running text whose blocks are closed already (a stream sends each as soon as it is whole)."""
+    end = text.rfind(CLOSE)
+    return parse(text[:end + len(CLOSE)])[1] if end >= 0 else []
+
+
 def streamable(text: str) -> str:
     """The part of a running text a stream may show while calls may still come: everything before the first call's
     opening tag, held back also while the text ends in a prefix of that tag."""
