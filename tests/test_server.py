@@ -418,6 +418,25 @@ def test_forced_tool_calls(server):
             [(c.function.name, c.function.arguments) for c in calls]
 
 
+def test_tokenize_and_detokenize(server, pair):
+    """/tokenize counts a prompt's or a chat's tokens as generation would see them; /detokenize turns ids back."""
+    from sparkdec.tokenizer import Tokenizer
+
+    tok = Tokenizer(pair[0])
+    r = httpx.post(server.url + "/tokenize", json={"model": MODEL, "prompt": "def parse(line):"}, timeout=30).json()
+    assert r["tokens"] == tok.encode("def parse(line):") and r["count"] == len(r["tokens"]) and r["max_model_len"] > 0
+    messages = [{"role": "user", "content": "hi"}]
+    chat = httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=30).json()
+    assert chat["tokens"] == tok.encode(tok.apply_chat_template(messages))
+    back = httpx.post(server.url + "/detokenize", json={"model": MODEL, "tokens": r["tokens"]}, timeout=30).json()
+    assert back == {"prompt": "def parse(line):"}
+    for path, body, status, words in [("/tokenize", {"prompt": "x", "messages": messages}, 400, "exactly one of"),
+                                      ("/tokenize", {"model": "gpt-4", "prompt": "x"}, 404, "does not exist"),
+                                      ("/detokenize", {"tokens": [10 ** 8]}, 400, "outside the vocabulary")]:
+        resp = httpx.post(server.url + path, json=body, timeout=30)
+        assert resp.status_code == status and words in _error_of(resp)["message"], resp.text
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]

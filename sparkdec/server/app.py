@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sparkdec.errors import PromptTooLongError, SparkdecError
 from sparkdec.server import protocol as P
+from sparkdec.server import tokenize as T
 from sparkdec.server import choices as C
 from sparkdec.server.engine_loop import EngineLoop
 from sparkdec.server.metrics import Metrics
@@ -61,6 +62,18 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
     async def models():
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": int(time.time()),
                                             "owned_by": "sparkdec", "max_model_len": engine.max_model_len}]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await _parse(request, T.TokenizeRequest)
+        T.check_model(body, names, model_name)
+        return T.tokenize(engine, body)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await _parse(request, T.DetokenizeRequest)
+        T.check_model(body, names, model_name)
+        return T.detokenize(engine, body)
 
     @app.post("/v1/completions")
     async def completions(request: Request):

@@ -198,7 +198,13 @@ class ChatCompletionRequest(_Common):
     def template_messages(self) -> list[dict]:
         """The messages as the chat template reads them: text content, and the other fields (tool_calls,
         tool_call_id, name) as sent."""
-        return [{**m.model_dump(exclude_none=True, exclude={"content"}), "content": m.text()} for m in self.messages]
+        return template_messages(self.messages)
+
+
+def template_messages(messages: list[ChatMessage]) -> list[dict]:
+    """Messages as the chat template reads them: text content, the other fields (tool_calls, tool_call_id, name) as
+    sent."""
+    return [{**m.model_dump(exclude_none=True, exclude={"content"}), "content": m.text()} for m in messages]
 
 
 def new_id(prefix: str) -> str:

@@ -1,0 +1,57 @@
+"""vLLM's /tokenize and /detokenize: a prompt (text, or chat messages through the chat template) to token ids and
+back, so a client can count tokens against the context window without generating."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from sparkdec.server import protocol as P
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[P.ChatMessage] | None = None
+    add_generation_prompt: bool = True
+    tools: list[dict] | None = None
+    chat_template_kwargs: dict | None = None
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    tokens: list[int]
+
+
+def tokenize(engine, body: TokenizeRequest) -> dict:
+    tok = _tokenizer(engine)
+    if (body.prompt is None) == (body.messages is None):
+        raise P.RequestError(400, "send exactly one of prompt (text) or messages (a chat)", param="prompt")
+    if body.messages is not None:
+        text = tok.apply_chat_template(P.template_messages(body.messages), body.add_generation_prompt, body.tools,
+                                       body.chat_template_kwargs)
+    else:
+        text = body.prompt
+    ids = tok.encode(text)
+    return {"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids}
+
+
+def detokenize(engine, body: DetokenizeRequest) -> dict:
+    tok = _tokenizer(engine)
+    vocab = engine.target_cfg.vocab_size
+    bad = [t for t in body.tokens if not 0 <= t < vocab]
+    if bad:
+        raise P.RequestError(400, f"tokens {bad[:5]} are outside the vocabulary (0..{vocab - 1})", param="tokens")
+    return {"prompt": tok.decode(body.tokens, skip_special_tokens=False)}
+
+
+def check_model(body, names: set[str], model_name: str) -> None:
+    if body.model is not None and body.model not in names:
+        raise P.RequestError(404, f"the model `{body.model}` does not exist; this server serves {model_name!r}",
+                             param="model", code="model_not_found")
+
+
+def _tokenizer(engine):
+    if engine.tokenizer is None:
+        raise P.RequestError(400, "this model has no tokenizer.json, so it cannot tokenize text")
+    return engine.tokenizer
