@@ -1,16 +1,16 @@
-"""Guided decoding (structured outputs): JSON (any, or following a schema), a regex, one of given strings or an EBNF
-grammar, enforced by xgrammar. A request's matcher follows its committed tokens; a round asks it which tokens each
-verify row allows, advancing it through the drafts before that row and rolling back, so a verify row gets the very
-mask plain decoding gets at that position (penalties.processed_rows applies it)."""
+"""Guided decoding (structured outputs): JSON (any object, or following a schema), a regex, one of given strings, an
+EBNF grammar or forced tool calls, compiled by xgrammar. A request's matcher (grammar_matcher.py) follows its committed
+tokens; a round asks it which tokens each verify row allows, advancing it through the drafts before that row and
+rolling back, so a verify row gets the very mask plain decoding gets at that position (penalties.processed_rows
+applies it)."""
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
 
-import torch
-
 from sparkdec.errors import InvalidSamplingParamsError
+from sparkdec.grammar_matcher import Matcher
 
 
 KINDS = ("json", "regex", "choice", "grammar", "tool_calls")
@@ -22,8 +22,9 @@ class Guided:
     """Exactly one of: json (True: any JSON object; a schema as a dict or JSON text), regex, choice (the
     output is one of these strings), grammar (EBNF in xgrammar's dialect, rule `root`), tool_calls ((name, JSON
     schema of its arguments) per tool: the output is one or more Qwen3 `<tool_call>` blocks, each calling one of them,
-    at most max_calls). after: a token (as the tokenizer spells it, e.g. Qwen3's `</think>`) before which the output is
-    free; the grammar applies from the token after it. any_whitespace (JSON only):
+    at most max_calls). thinking: (open, close) tokens as the tokenizer spells them (Qwen3's `<think>`, `</think>`) of
+    a block the output may begin with, free of the grammar, which applies after it (grammar_matcher.py). any_whitespace
+    (JSON only):
     whitespace may be any run between JSON's tokens, as vLLM's default; False: `, ` and `: ` only, for models that
     loop on whitespace (vLLM's disable_any_whitespace)."""
     json: bool | str | None = None
@@ -33,7 +34,7 @@ class Guided:
     tool_calls: tuple[tuple[str, str], ...] | None = None
     max_calls: int = 1
     any_whitespace: bool = True
-    after: str | None = None
+    thinking: tuple[str, str] | None = None
 
     def __post_init__(self):
         def bad(message: str):
@@ -57,8 +58,13 @@ class Guided:
             object.__setattr__(self, "choice", tuple(self.choice))
         if self.tool_calls is not None:
             object.__setattr__(self, "tool_calls", _tools(self.tool_calls, bad))
-        if self.after is not None and (not isinstance(self.after, str) or not self.after):
-            bad(f"guided after must be a token's text, got {self.after!r}")
+        if self.json is False:
+            object.__setattr__(self, "json", None)
+        if self.thinking is not None:
+            if not (isinstance(self.thinking, (list, tuple)) and len(self.thinking) == 2
+                    and all(isinstance(t, str) and t for t in self.thinking)):
+                bad(f"guided thinking must be (open, close) tokens, got {self.thinking!r}")
+            object.__setattr__(self, "thinking", tuple(self.thinking))
         if not isinstance(self.max_calls, int) or self.max_calls < 1:
             bad(f"max_calls must be a positive integer, got {self.max_calls!r}")
 
@@ -90,29 +96,29 @@ class GuideCompiler:
         self.tokenizer, self.vocab_size = tokenizer, vocab_size
         self._compiler = None
 
-    def matcher(self, guided: Guided, stop_ids: tuple[int, ...]) -> "Matcher":
-        after = None
-        if guided.after is not None:
-            after = self.tokenizer.token_to_id(guided.after) if self.tokenizer is not None else None
-            if after is None:
-                raise InvalidSamplingParamsError(f"guided after must be one token of this model's tokenizer; "
-                                                 f"{guided.after!r} is not")
-        return Matcher(self.compile(guided), stop_ids, self.vocab_size, after)
+    def matcher(self, guided: Guided, stop_ids: tuple[int, ...], prompt_ids: list[int] = ()) -> Matcher:
+        """A request's matcher; prompt_ids: whether its prompt already opened the thinking block."""
+        compiled = self.compile(guided)
+        if guided.thinking is None:
+            return Matcher(compiled, stop_ids, self.vocab_size)
+        ids = [self.tokenizer.token_to_id(t) for t in guided.thinking]
+        if None in ids:
+            raise InvalidSamplingParamsError(f"guided thinking must name two tokens of this model's tokenizer; "
+                                             f"{guided.thinking!r} are not")
+        opened = self.tokenizer.decode(list(prompt_ids[-4:]), skip_special_tokens=False).rstrip().endswith(
+            guided.thinking[0])
+        return Matcher(compiled, stop_ids, self.vocab_size, (*ids, self.compile(guided, newlines_first=True)), opened)
 
-    def compile(self, guided: Guided):
+    def compile(self, guided: Guided, newlines_first: bool = False):
+        """The compiled grammar; newlines_first: newlines may come before it (after a thinking block)."""
+        import xgrammar as xgr
+
         compiler = self._get()
         try:
-            if guided.json is not None:
-                schema = '{"type": "object"}' if guided.json is True else guided.json
-                return compiler.compile_json_schema(schema, any_whitespace=guided.any_whitespace)
-            if guided.regex is not None:
-                return compiler.compile_regex(guided.regex)
-            if guided.tool_calls is not None:
-                return compiler.compile_grammar(tool_calls_grammar(guided.tool_calls, guided.max_calls))
-            if guided.choice is not None:
-                return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c, ensure_ascii=False)
-                                                                         for c in guided.choice))
-            return compiler.compile_grammar(guided.grammar)
+            grammar = _grammar(guided)
+            if newlines_first:
+                grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf('root ::= "\\n"*'), grammar)
+            return compiler.compile_grammar(grammar)
         except (RuntimeError, ValueError, TypeError, KeyError) as e:  # xgrammar: "[time] file.cc:line: message"
             kind = next(k for k in KINDS if getattr(guided, k) not in (None, False))
             message = re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", str(e).strip())
@@ -129,6 +135,23 @@ class GuideCompiler:
             self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1,
                                                  cache_limit_bytes=CACHE_BYTES)
         return self._compiler
+
+
+def _grammar(guided: Guided):
+    """The xgrammar Grammar a Guided asks for."""
+    import xgrammar as xgr
+
+    if guided.json is not None:
+        schema = '{"type": "object"}' if guided.json is True else guided.json
+        return xgr.Grammar.from_json_schema(schema, any_whitespace=guided.any_whitespace)
+    if guided.regex is not None:
+        return xgr.Grammar.from_regex(guided.regex)
+    if guided.tool_calls is not None:
+        return tool_calls_grammar(guided.tool_calls, guided.max_calls)
+    if guided.choice is not None:
+        alternatives = " | ".join(json.dumps(c, ensure_ascii=False) for c in guided.choice)
+        return xgr.Grammar.from_ebnf("root ::= " + alternatives)
+    return xgr.Grammar.from_ebnf(guided.grammar)
 
 
 def tool_calls_grammar(tools: tuple[tuple[str, str], ...], max_calls: int):
@@ -175,83 +198,3 @@ def token_info(tokenizer, vocab_size: int):
     kind = (xgr.VocabType.BYTE_LEVEL if tokenizer.byte_level else
             xgr.VocabType.BYTE_FALLBACK if "<0x0A>" in vocab else xgr.VocabType.RAW)  # (SentencePiece's byte pieces)
     return xgr.TokenizerInfo(pieces, kind, vocab_size=vocab_size, stop_token_ids=list(tokenizer.eos_token_ids) or None)
-
-
-class Matcher:
-    """A request's grammar state: advanced by each committed token (Sequence.append); a propose walks it through its
-    drafts (draft_mask, draft, undo_drafts) and a verify through the drafts before each row (allowed), each leaving it
-    where it was."""
-
-    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int, after: int | None = None):
-        import xgrammar as xgr
-
-        self._m = xgr.GrammarMatcher(compiled, override_stop_tokens=list(stop_ids) or None)
-        self.vocab_size = vocab_size
-        self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
-        self._drafted = 0  # drafts the matcher holds now (a propose's walk)
-        self._walking = True  # False once a draft ended the grammar or was refused: later slots go unmasked
-        self._after = after  # the token the grammar starts after (Guided.after), None once committed
-        self._passed = False  # a propose's walk has drafted it
-
-    def accept(self, token: int) -> bool:
-        """A committed token (one a mask allowed, so the grammar takes it; a stop token ends the grammar) -> False if
-        the grammar refuses it after all."""
-        if self._after is not None:  # still before the grammar
-            if token == self._after:
-                self._after = None
-            return True
-        return self._m.is_terminated() or self._m.accept_token(token)
-
-    def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor:
-        """bool [n, V]: row k's allowed tokens after the committed tokens and drafts[:k]. Rows past a draft the
-        grammar refuses (or past its end) allow every token: their tokens are never committed (the row before
-        cannot choose that draft)."""
-        import xgrammar as xgr
-
-        if self._bits.shape[0] < n:
-            self._bits = xgr.allocate_token_bitmask(n, self.vocab_size)
-        bits = self._bits[:n]
-        bits.fill_(-1)  # every bit set: every token allowed
-        start = 0  # the first row under the grammar
-        if self._after is not None:
-            start = next((j + 1 for j, d in enumerate(drafts[:n - 1]) if d == self._after), n)
-        taken = 0
-        for k in range(start, n):
-            if self._m.is_terminated():
-                break
-            self._m.fill_next_token_bitmask(self._bits, k)
-            if k == n - 1 or not self._m.accept_token(drafts[k]):
-                break
-            taken += 1
-        if taken:
-            self._m.rollback(taken)
-        return self._unpack(bits, device)
-
-    def draft_mask(self, device) -> torch.Tensor | None:
-        """bool [V]: the tokens the grammar allows for the next draft (after the committed tokens and the drafts so
-        far), or None when the walk has ended."""
-        if not self._walking or self._m.is_terminated() or (self._after is not None and not self._passed):
-            return None
-        self._m.fill_next_token_bitmask(self._bits, 0)
-        return self._unpack(self._bits[:1], device)[0]
-
-    def draft(self, token: int) -> None:
-        """A drafted token, held until undo_drafts (one the grammar refuses ends the walk)."""
-        if self._after is not None and not self._passed:
-            self._passed = token == self._after
-        elif self._walking and not self._m.is_terminated():
-            if self._m.accept_token(token):
-                self._drafted += 1
-            else:
-                self._walking = False
-
-    def undo_drafts(self) -> None:
-        if self._drafted:
-            self._m.rollback(self._drafted)
-        self._drafted, self._walking, self._passed = 0, True, False
-
-    def _unpack(self, bits: torch.Tensor, device) -> torch.Tensor:
-        """int32 [n, W] bitmask -> bool [n, V] on device (bit j of word w: token 32 w + j)."""
-        words = bits.to(device)
-        shifts = torch.arange(32, dtype=torch.int32, device=device)
-        return (((words[:, :, None] >> shifts) & 1) != 0).reshape(bits.shape[0], -1)[:, :self.vocab_size]

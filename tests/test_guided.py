@@ -156,9 +156,9 @@ def test_drafts_follow_the_grammar(engines):
         for t in out.token_ids[:r["anchor_position"] - prompt_len + 1]:
             m.accept(t)
         for d in r["draft_token_ids"]:
-            if m._m.is_terminated():
+            if m._first.is_terminated():
                 break
-            assert m._m.accept_token(d), (r, d)
+            assert m._first.accept_token(d), (r, d)
     spec_round.GUIDED_DRAFTS = False
     try:
         unguided = llm.generate(PROMPTS[:1], params)[0]
@@ -180,6 +180,11 @@ def test_a_grammar_that_leads_nowhere_ends_only_its_request(engines):
     assert [o.finish_reason for o in outs] == ["error", "error", "length"]
     assert outs[0].text == "ab" and outs[1].text == "a" and "no token can follow" in outs[0].error
     assert outs[2].token_ids == alone.token_ids and outs[2].error is None
+    late = [SamplingParams(max_tokens=30, guided=Guided(regex="abcdefgh[^\\s\\S]"), logprobs=1)]
+    spec, plain = llm.generate(["x"], late, trace=True)[0], engines["plain"].generate(["x"], late)[0]
+    assert spec.error == plain.error and spec.token_ids == plain.token_ids and spec.logprobs == plain.logprobs
+    assert spec.text == "abcdefgh" and len(spec.logprobs) == len(spec.token_ids)  # every committed token scored
+    assert sum(r["num_committed"] for r in spec.rounds) + 1 == len(spec.token_ids)  # every round recorded
     comma = llm.engine.tokenizer.encode(",")[0]  # a stop id the grammar needs: the request stops there
     out = llm.generate(["x"], SamplingParams(max_tokens=20, guided=Guided(regex="ab,cd"), stop_token_ids=[comma]))[0]
     assert out.finish_reason == "stop" and out.text == "ab," and out.token_ids[-1] == comma
@@ -205,16 +210,50 @@ def test_tool_schemas_with_definitions_and_checked_fields(engines):
         engines["plain"].generate(["x"], SamplingParams(stop_token_ids=[10 ** 7]))
 
 
-def test_grammar_after_a_token(engines):
-    """Guided(after=token): the output is free up to and including that token, then follows the grammar (how a
-    thinking model's answer is guided after its `</think>`); speculation changes nothing."""
-    guided = Guided(regex=r" [0-9]{1,4}", after="Ġ=")  # (the byte-level piece of " =")
+def test_grammar_after_a_thinking_block(engines):
+    """Guided(thinking=(open, close)): an output that begins with the open token is free up to the close token, then
+    follows the grammar (newlines may come first); one that does not begin so follows it from its first token; a
+    prompt that opened the block begins inside it. Speculation changes nothing. (Qwen3's <think> / </think> stand in
+    for tokens the shipped code model writes.)"""
+    tok = engines["spec"].engine.tokenizer
+    regex = r" [0-9]{1,4}"
+    opener = tok.token_to_id("ĠĠĠ")  # (the byte-level pieces of "   " and " =")
     for temperature in (0.0, 0.8):
-        params = SamplingParams(max_tokens=120, temperature=temperature, seed=2, guided=guided)
+        params = SamplingParams(max_tokens=120, temperature=temperature, seed=2,
+                                guided=Guided(regex=regex, thinking=("ĠĠĠ", "Ġ=")))
         out = engines["spec"].generate(PROMPTS[:2], params)
         assert [o.token_ids for o in out] == [o.token_ids for o in engines["plain"].generate(PROMPTS[:2], params)]
         for o in out:
-            head, _, tail = o.text.partition(" =")
-            assert o.finish_reason == "stop" and re.fullmatch(r" [0-9]{1,4}", tail), o.text
-    with pytest.raises(InvalidSamplingParamsError, match="guided after must be one token"):
-        engines["plain"].generate(["x"], SamplingParams(guided=Guided(json=True, after="no such token")))
+            assert o.finish_reason == "stop", o.text
+            if o.token_ids[0] == opener:
+                head, _, tail = o.text.partition(" =")
+                assert re.fullmatch(r"\n*" + regex, tail), o.text
+            else:
+                assert re.fullmatch(regex, o.text), o.text
+        assert {o.token_ids[0] == opener for o in out} == {True, False}  # both ways are taken
+    opened = engines["spec"].generate(["def parse(line):"], SamplingParams(
+        max_tokens=120, guided=Guided(regex=regex, thinking=("):", "Ġ="))))[0]  # the prompt ends with "):"
+    head, _, tail = opened.text.partition(" =")
+    assert head and re.fullmatch(r"\n*" + regex, tail), opened.text
+    with pytest.raises(InvalidSamplingParamsError, match="guided thinking must name two tokens"):
+        engines["plain"].generate(["x"], SamplingParams(guided=Guided(json=True, thinking=("<think>", "</think>"))))
+
+def test_refused_tokens_and_bad_logits_are_the_servers_fault():
+    """A token the grammar's own mask allowed but refuses (an xgrammar fault) is not committed and ends the request
+    as a server error; a row with NaN or +inf is the model's, a row of -inf the request's."""
+    from types import SimpleNamespace
+
+    from sparkdec.engine.sequence import Sequence
+    from sparkdec.spec.commit import commit_tokens
+    from sparkdec.spec.processed import dead_rows
+
+    seq = Sequence("r", [1, 2], SamplingParams(max_tokens=10, stop=["c"]), 0, (), 100)
+    seq.guide = SimpleNamespace(accept=lambda t: t != 9)
+    text = {5: "a", 9: "c", 6: "d"}
+    assert commit_tokens(seq, [5, 9, 6], lambda ids: "".join(text[i] for i in ids)) == 1  # (a stop string "c"
+    # would have matched the refused token's text)
+    assert seq.output_ids == [5] and seq.finish_reason == "error" and not seq.error_own
+    inf = float("inf")
+    rows = {1: torch.tensor([[0.0, 1.0], [-inf, -inf]]), 2: torch.tensor([[0.0, float("nan")]]),
+            3: torch.tensor([[inf, 0.0]]), 4: torch.tensor([[-inf, 2.0]])}
+    assert dead_rows(rows) == {1: (1, True), 2: (0, False), 3: (0, False)}

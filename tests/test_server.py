@@ -467,6 +467,8 @@ def test_bad_inputs_get_status_and_message(server):
         ({**ok, "guided_choice": ["a"], "ignore_eos": True}, 400, "ignore_eos cannot be combined"),
         ({**ok, "structured_outputs": {"xml": "<a/>"}}, 400, "structured_outputs does not support xml"),
         ({**ok, "structured_outputs": {"json": 5}}, 400, "guided json must be true"),
+        ({**ok, "structured_outputs": {"json": {"type": "object"}, "json_object": True}}, 400, "send one"),
+        ({**ok, "structured_outputs": {"json": False, "regex": "a+"}}, 200, ""),  # a kind left "off"
         ({**ok, "response_format": {"type": "json_schema", "json_schema": "{}"}}, 400, "json_schema.schema"),
         ({**ok, "max_tokens": 8, "guided_regex": "ab[^\\s\\S]"}, 400, "no token can follow"),  # a dead end
         ({**ok, "tool_choice": "required"}, 200, ""),  # completions: a stray field, ignored

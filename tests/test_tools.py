@@ -121,22 +121,19 @@ def test_reasoning_comes_apart_from_content_and_calls_whole_and_streamed():
     assert [t["function"]["name"] for d in deltas for t in d.get("tool_calls", [])] == ["get_weather"]
 
 
-def test_structured_output_starts_after_thinking():
-    """With a reasoning parser, a chat whose model will think first gets its grammar after `</think>`; with thinking
-    off (an empty think block closes the prompt) or a tokenizer without that token, from the first token."""
+def test_structured_output_lets_the_model_think_first():
+    """With a reasoning parser, a chat's structured output may begin with a <think> block (grammar_matcher.py), when
+    the tokenizer has both tokens."""
     from types import SimpleNamespace
 
     from sparkdec import Guided, SamplingParams
-    from sparkdec.server import reasoning
     from sparkdec.server.choices import _guided_after_thinking
 
-    def engine(has_token: bool):
-        return SimpleNamespace(tokenizer=SimpleNamespace(token_to_id=lambda t: 7 if has_token else None))
+    def engine(has_tokens: bool):
+        return SimpleNamespace(tokenizer=SimpleNamespace(token_to_id=lambda t: 7 if has_tokens else None))
 
     params = SamplingParams(guided=Guided(json=True))
-    thinking, answering = "<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    assert reasoning.thinks(thinking) and not reasoning.thinks(answering)
-    assert _guided_after_thinking(engine(True), params, thinking, True).guided.after == "</think>"
-    for eng, prompt, parsed in ((engine(True), answering, True), (engine(False), thinking, True),
-                                (engine(True), thinking, False)):
-        assert _guided_after_thinking(eng, params, prompt, parsed).guided.after is None
+    assert _guided_after_thinking(engine(True), params, True).guided.thinking == ("<think>", "</think>")
+    assert _guided_after_thinking(engine(False), params, True).guided.thinking is None
+    assert _guided_after_thinking(engine(True), params, False).guided.thinking is None
+    assert _guided_after_thinking(engine(True), SamplingParams(), True).guided is None

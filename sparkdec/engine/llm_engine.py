@@ -166,7 +166,7 @@ class Engine:
         ids = self.encode_prompt(prompt)
         eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
         # (the grammar ends with EOS; a stop id is an ordinary token to it, which ends the request where it comes)
-        guide = self.guides.matcher(params.guided, eos) if params.guided else None
+        guide = self.guides.matcher(params.guided, eos, ids) if params.guided else None
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
                        seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
                        rounds=[] if trace else None, arrival=time.perf_counter(),

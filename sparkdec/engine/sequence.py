@@ -99,7 +99,8 @@ class Sequence:
     page_keys: list[bytes] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
     guide: object | None = None  # guided decoding's matcher (guided.Matcher), advanced by each committed token
-    error: str | None = None  # why the request ended with finish_reason "error" (its own fault: see fail)
+    error: str | None = None  # why the request ended with finish_reason "error" (see fail)
+    error_own: bool = True  # the request's own doing (a 400 on the server), else the server's (500)
 
     @property
     def num_tokens(self) -> int:
@@ -143,16 +144,16 @@ class Sequence:
         """How many more tokens this sequence may still emit (max_tokens and the context window)."""
         return min(self.params.max_tokens - len(self.output_ids), self.max_model_len - self.num_tokens)
 
-    def fail(self, message: str) -> None:
-        """End this request with an error of its own (the others go on)."""
-        self.finish_reason, self.error = "error", message
+    def fail(self, message: str, own: bool = True) -> None:
+        """End this request with an error (the others go on); own: the request's doing, not the server's."""
+        self.finish_reason, self.error, self.error_own = "error", message, own
 
     def append(self, token: int) -> bool:
         """Commit one token; returns True when it ends the sequence (EOS, stop id, length)."""
-        self.output_ids.append(token)
-        if self.guide is not None and not self.guide.accept(token):
-            self.fail(f"guided decoding: the grammar refused token {token}")
+        if self.guide is not None and not self.guide.accept(token):  # (not committed: the grammar's own mask allowed it)
+            self.fail(f"guided decoding: the grammar refused token {token}, which its mask allowed", own=False)
             return True
+        self.output_ids.append(token)
         p = self.params
         if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_ids):
             self.finish_reason = "stop"

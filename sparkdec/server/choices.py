@@ -37,7 +37,7 @@ def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = Fal
     out = []
     for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
-        params = _guided_after_thinking(engine, body.sampling_params(default_max), prompt, reasoning and kind == "chat")
+        params = _guided_after_thinking(engine, body.sampling_params(default_max), reasoning and kind == "chat")
         echo = _echo_text(engine, prompt) if getattr(body, "echo", False) else ""
         for i in range(body.n):
             index = p * body.n + i
@@ -48,12 +48,14 @@ def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = Fal
     return out
 
 
-def _guided_after_thinking(engine, params, prompt, parsed: bool):
-    """A structured output on a server that parses reasoning starts after the model's `</think>` when the model will
-    think first (vLLM's behaviour): its thinking stays free and comes back as reasoning_content."""
-    if (parsed and params.guided is not None and isinstance(prompt, str) and reasoning.thinks(prompt)
-            and engine.tokenizer.token_to_id(reasoning.CLOSE) is not None):
-        return replace(params, guided=replace(params.guided, after=reasoning.CLOSE))
+def _guided_after_thinking(engine, params, parsed: bool):
+    """A structured output on a server that parses reasoning lets the model think first (vLLM's behaviour): an
+    output that begins with `<think>` is free up to `</think>`, the grammar applies after it (grammar_matcher.py),
+    and the thinking comes back as reasoning_content. An output that does not begin so follows it from the start."""
+    tok = engine.tokenizer
+    if (parsed and params.guided is not None and tok.token_to_id(reasoning.OPEN) is not None
+            and tok.token_to_id(reasoning.CLOSE) is not None):
+        return replace(params, guided=replace(params.guided, thinking=(reasoning.OPEN, reasoning.CLOSE)))
     return params
 
 

@@ -158,7 +158,7 @@ class EngineLoop:
             return
         error_type = "server_error"
         if error is None and seq.error is not None:
-            error, error_type = seq.error, "invalid_request_error"
+            error, error_type = seq.error, "invalid_request_error" if seq.error_own else "server_error"
         finish = seq.finish_reason if error is None else "error"
         spec = stats = None
         if finish is not None:

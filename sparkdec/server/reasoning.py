@@ -5,12 +5,6 @@ from __future__ import annotations
 OPEN, CLOSE = "<think>", "</think>"
 
 
-def thinks(prompt: str) -> bool:
-    """Will the model think before answering this rendered chat prompt? (Qwen3 with thinking off gets an empty
-    `<think></think>` block at the end of its prompt.)"""
-    return not prompt.rstrip().endswith(CLOSE)
-
-
 def split(text: str, final: bool) -> tuple[str, str]:
     """-> (reasoning, content) of an output so far. Only an output that starts with `<think>` thinks (Qwen3 with
     thinking off starts with its answer); until `</think>` comes, all of it is reasoning, and a running text holds

@@ -90,10 +90,13 @@ def _response_format(rf: dict) -> dict | None:
 def _structured_outputs(so: dict) -> dict:
     from sparkdec.server.protocol import RequestError
 
-    so = dict(so)
+    so = {k: v for k, v in so.items() if v not in (None, False)}  # (fields left at "off")
     whitespace = not so.pop("disable_any_whitespace", False)
     so.pop("disable_fallback", None)  # (a backend switch: there is one backend)
     if so.pop("json_object", None):
+        if "json" in so:
+            raise RequestError(400, "structured_outputs gives both json and json_object; send one",
+                               param="structured_outputs")
         so["json"] = True
     unknown = [k for k, v in so.items() if k not in KINDS and v not in (None, False)]
     if unknown:

@@ -26,8 +26,10 @@ def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
     decode(ids) -> text, used for stop strings and the running text."""
     n = 0
     for token in tokens:
-        n += 1
         done = seq.append(token)
+        if seq.error is not None:  # refused, not committed (Sequence.append)
+            break
+        n += 1
         if seq.params.stop and decode is not None and len(seq.output_ids) >= seq.params.min_tokens:
             text = running_text(seq, decode)
             if len(seq.output_ids) == seq.params.min_tokens:  # stop strings count from the text after these tokens

@@ -24,25 +24,31 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
     return out
 
 
-def dead_rows(rows: dict[int, torch.Tensor]) -> dict[int, int]:
-    """id(seq) -> its first processed row with no token to choose (every logit -inf, or a +inf or NaN among them: a
-    grammar that leads nowhere, or penalties that overflow), for the sequences that have one; one device->host
-    read."""
+def dead_rows(rows: dict[int, torch.Tensor]) -> dict[int, tuple[int, bool]]:
+    """id(seq) -> (its first processed row with no token to choose, whether that is the request's own doing: every
+    logit -inf, a grammar that leads nowhere; not so for a NaN or +inf, the model's numbers), for the sequences that
+    have one; one device->host read."""
     if not rows:
         return {}
-    keys = list(rows)
-    ok = [((x.isfinite() | (x == float("-inf"))).all(-1) & x.isfinite().any(-1)) for x in rows.values()]  # [n] each
-    flags = torch.cat(ok).tolist()
+    states = [torch.where(x.isnan().any(-1) | (x == float("inf")).any(-1), 2, (~x.isfinite().any(-1)).long())
+              for x in rows.values()]  # [n] each: 0 fine, 1 all -inf, 2 NaN or +inf
+    flags = torch.cat(states).tolist()
     out, at = {}, 0
-    for key, x in zip(keys, rows.values()):
-        bad = [k for k, fine in enumerate(flags[at:at + x.shape[0]]) if not fine]
+    for key, x in zip(rows, rows.values()):
+        bad = [(k, f == 1) for k, f in enumerate(flags[at:at + x.shape[0]]) if f]
         if bad:
             out[key] = bad[0]
         at += x.shape[0]
     return out
 
 
-DEAD_END = "no token can follow: the request's grammar or logit processing leaves every token out after {!r}"
+def dead_end(seq, own: bool) -> None:
+    """End a request whose next token comes from a row with no token to choose."""
+    if own:
+        seq.fail(f"no token can follow: the request's grammar or logit processing leaves every token out after "
+                 f"{seq.text[-40:]!r}")
+    else:
+        seq.fail("the model's logits are not finite (NaN or +inf) at this request's next token", own=False)
 
 
 def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, list[int]]:
@@ -70,12 +76,13 @@ def held_back(seq) -> tuple[int, ...]:
     return (() if seq.params.ignore_eos else seq.eos_ids) + seq.params.stop_token_ids
 
 
-def first_token(seq, row: torch.Tensor, sample) -> int | None:
-    """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token); None when
-    no token can be chosen (dead_rows)."""
+def first_token(seq, row: torch.Tensor, sample) -> int | tuple[int, bool]:
+    """A prompt's first output token from its last row [1, V], processed (sample: sampling.sample_token); dead_rows'
+    (row, own) when no token can be chosen."""
     row = rows_tensor(row)
     allowed = seq.guide.allowed([], 1, row.device) if seq.guide is not None else None
     x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq))
-    if dead_rows({0: x}):
-        return None
+    dead = dead_rows({0: x})
+    if dead:
+        return dead[0]
     return sample(x[0], seq.params, seq.seed, len(seq.prompt_ids))

@@ -67,7 +67,8 @@ class RoundRunner:
         """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
         positions = [s.anchor_position for s in seqs]
         gumbels: dict[int, torch.Tensor] = {}  # row -> [γ, V]: coupled rows' race noise, made at the first slot
-        guides = [(i, s.guide) for i, s in enumerate(seqs) if s.guide is not None] if GUIDED_DRAFTS else []
+        guides = [(i, s.guide) for i, s in enumerate(seqs)
+                  if s.guide is not None and s.guide.constrains_drafts()] if GUIDED_DRAFTS else []
         rewrites = processed.draft_processing(seqs, self.runner.target_cfg.vocab_size, self.runner.device) \
             if PROCESSED_DRAFTS else []
 
@@ -254,17 +255,17 @@ class RoundRunner:
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
                                  picks.get(id(seq)))
             s = seq.anchor_position
-            end = dead.get(id(seq))
-            if end is not None and end < len(tokens):  # a row with nothing to choose: its token and the rest go
-                self._dead_end(seq, tokens[:end], s)
-                touched.append(seq)
-                continue
+            accepted = len(tokens) - 1
+            end, own = dead.get(id(seq), (len(tokens), True))
+            tokens = tokens[:end]  # (a row with nothing to choose: its token and the rest go, see below)
             committed = commit_tokens(seq, tokens, self.decode)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
-                self._record(seq, drafts[i], conf[i], n - 1, len(tokens) - 1, committed, (t1 - t0, t2 - t1))
+                self._record(seq, drafts[i], conf[i], n - 1, min(accepted, end), committed, (t1 - t0, t2 - t1))
+            if end <= accepted and seq.finish_reason is None:  # its next token comes from a row with no choice
+                processed.dead_end(seq, own)
             touched.append(seq)
         for seq, r, lo, hi in prompt_scored:
             scores.prompt(seq, logits[r:r + hi - lo], lo, hi)
@@ -272,8 +273,8 @@ class RoundRunner:
             # greedy: the round's readback already holds the argmax (no extra device read)
             if processes(seq.params):
                 token = processed.first_token(seq, logits[r:r + 1], sample_token)
-                if token is None:
-                    self._dead_end(seq, [], seq.num_computed)
+                if isinstance(token, tuple):  # (dead, own): no first token to choose
+                    processed.dead_end(seq, token[1])
                     touched.append(seq)
                     continue
             elif seq.params.greedy:
@@ -289,14 +290,6 @@ class RoundRunner:
         t3 = time.perf_counter()
         self._time(t0, t1, t2, t3)
         return touched
-
-    def _dead_end(self, seq: Sequence, tokens: list[int], s: int) -> None:
-        """Commit the tokens before a processed row that leaves no token to choose, then end the request with an
-        error of its own (spec/processed.py dead_rows)."""
-        commit_tokens(seq, tokens, self.decode)
-        seq.num_computed = s + len(tokens)
-        if seq.finish_reason is None:
-            seq.fail(processed.DEAD_END.format(seq.text[-40:]))
 
     def _chains(self, dec: list[Sequence], spec: list[Sequence]) -> bool:
         """Can the next round's propose be queued before this round is read back? Every decode sequence speculates

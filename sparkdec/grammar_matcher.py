@@ -1,0 +1,147 @@
+"""A guided request's grammar state (xgrammar): advanced by each committed token; walked through drafts and rolled
+back to give each verify row, and each draft slot, the tokens plain decoding would allow at that position.
+
+With a thinking block (Guided.thinking = (open, close) tokens, Qwen3's `<think>` / `</think>`) the output may begin
+with the block: the first row also allows the open token; after it the output is free up to the close token, after
+which a second grammar applies (the same one, allowing newlines first). An output that does not begin with the block
+follows the grammar from its first token.
+"""
+from __future__ import annotations
+
+import torch
+
+START, FREE, GRAMMAR = "start", "free", "grammar"  # phases: may still open the block / inside it / under the grammar
+
+
+class Matcher:
+    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int, thinking=None, thinking_open=False):
+        """compiled: the grammar; thinking: None, or (open id, close id, the grammar after the block, compiled);
+        thinking_open: the prompt already opened the block (the output begins inside it)."""
+        import xgrammar as xgr
+
+        def matcher(g):
+            return xgr.GrammarMatcher(g, override_stop_tokens=list(stop_ids) or None)
+
+        self.vocab_size = vocab_size
+        self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
+        self._first = matcher(compiled)  # the grammar from the first token
+        self.open_id = self.close_id = None
+        self._after = None
+        if thinking is not None:
+            self.open_id, self.close_id = thinking[0], thinking[1]
+            self._after = matcher(thinking[2])
+        self.phase = GRAMMAR if thinking is None else FREE if thinking_open else START
+        self._walk: _Walk | None = None  # a propose's walk through its drafts
+
+    def grammar_for(self, phase: str):
+        """The matcher a phase's tokens go to (None inside the block)."""
+        return None if phase == FREE else self._after if (phase == GRAMMAR and self._took_after) else self._first
+
+    _took_after = False  # the committed output passed a thinking block (the second grammar is the live one)
+
+    def accept(self, token: int) -> bool:
+        """A committed token -> False if the grammar refuses it (its mask allowed it: an xgrammar fault)."""
+        if self.phase == FREE:
+            if token == self.close_id:
+                self.phase, self._took_after = GRAMMAR, True
+            return True
+        if self.phase == START:
+            if token == self.open_id:
+                self.phase = FREE
+                return True
+            self.phase = GRAMMAR
+        m = self.grammar_for(GRAMMAR)
+        return m.is_terminated() or m.accept_token(token)
+
+    def constrains_drafts(self) -> bool:
+        """Is the next draft under a grammar (not inside a thinking block)?"""
+        return self.phase != FREE
+
+    def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor | None:
+        """bool [n, V]: row k's allowed tokens after the committed tokens and drafts[:k], or None when every row is
+        free (inside a thinking block that no draft closes). Rows past a draft the grammar refuses (or past its end)
+        allow every token: their tokens are never committed (the row before cannot choose that draft)."""
+        import xgrammar as xgr
+
+        if self.phase == FREE and self.close_id not in drafts[:n - 1]:
+            return None
+        if self._bits.shape[0] < n:
+            self._bits = xgr.allocate_token_bitmask(n, self.vocab_size)
+        bits = self._bits[:n]
+        bits.fill_(-1)  # every bit set: every token allowed
+        walk = _Walk(self)
+        for k in range(n):
+            walk.mask_into(self._bits, k)
+            if k < n - 1:
+                walk.step(drafts[k])
+        walk.undo()
+        return self.unpack(bits, device)
+
+    def draft_mask(self, device) -> torch.Tensor | None:
+        """bool [V]: what the grammar allows for the next draft of a propose's walk (after the committed tokens and
+        the drafts so far), or None when that slot is free."""
+        if self._walk is None:
+            self._walk = _Walk(self)
+        self._bits[:1].fill_(-1)
+        return self.unpack(self._bits[:1], device)[0] if self._walk.mask_into(self._bits, 0) else None
+
+    def draft(self, token: int) -> None:
+        if self._walk is None:
+            self._walk = _Walk(self)
+        self._walk.step(token)
+
+    def undo_drafts(self) -> None:
+        if self._walk is not None:
+            self._walk.undo()
+            self._walk = None
+
+    def unpack(self, bits: torch.Tensor, device) -> torch.Tensor:
+        """int32 [n, W] bitmask -> bool [n, V] on device (bit j of word w: token 32 w + j)."""
+        words = bits.to(device)
+        shifts = torch.arange(32, dtype=torch.int32, device=device)
+        return (((words[:, :, None] >> shifts) & 1) != 0).reshape(bits.shape[0], -1)[:, :self.vocab_size]
+
+
+class _Walk:
+    """Drafts fed to a matcher on trial: the phase they reach and the tokens its grammar took (undo gives them back).
+    A draft the grammar refuses ends the walk: later rows are free."""
+
+    def __init__(self, owner: Matcher):
+        self.o, self.phase, self.taken, self.dead = owner, owner.phase, 0, False
+        self.m = owner.grammar_for(owner.phase)
+
+    def mask_into(self, bits: torch.Tensor, row: int) -> bool:
+        """Write the row's mask into bits (left all ones when free) -> whether the row is masked."""
+        if self.phase == FREE or self.dead or self.m.is_terminated():
+            return False
+        self.m.fill_next_token_bitmask(bits, row)
+        if self.phase == START:  # the output may open the thinking block here
+            bits[row, self.o.open_id // 32] |= _bit(self.o.open_id % 32)
+        return True
+
+    def step(self, token: int) -> None:
+        if self.dead:
+            return
+        if self.phase == FREE:
+            if token == self.o.close_id:
+                self.phase, self.m = GRAMMAR, self.o._after
+            return
+        if self.phase == START:
+            if token == self.o.open_id:
+                self.phase, self.m = FREE, None
+                return
+            self.phase = GRAMMAR
+        if self.m.is_terminated() or not self.m.accept_token(token):
+            self.dead = True
+            return
+        self.taken += 1
+
+    def undo(self) -> None:
+        if self.taken:
+            self.m.rollback(self.taken)
+        self.taken = 0
+
+
+def _bit(j: int) -> int:
+    """Bit j of an int32 word, as the signed value torch stores."""
+    return (1 << j) - (1 << 32) if j == 31 else 1 << j
