@@ -102,12 +102,20 @@ class GuideCompiler:
         if guided.thinking is None:
             return Matcher(compiled, stop_ids, self.vocab_size)
         ids = [self.tokenizer.token_to_id(t) for t in guided.thinking]
-        if None in ids:
+        if None in ids or max(ids) >= self.vocab_size:
             raise InvalidSamplingParamsError(f"guided thinking must name two tokens of this model's tokenizer; "
                                              f"{guided.thinking!r} are not")
-        opened = self.tokenizer.decode(list(prompt_ids[-4:]), skip_special_tokens=False).rstrip().endswith(
-            guided.thinking[0])
-        return Matcher(compiled, stop_ids, self.vocab_size, (*ids, self.compile(guided, newlines_first=True)), opened)
+        return Matcher(compiled, stop_ids, self.vocab_size, (*ids, self.compile(guided, newlines_first=True)),
+                       self.opened(prompt_ids, ids[0]))
+
+    def opened(self, prompt_ids: list[int], open_id: int) -> bool:
+        """Does the prompt end with the open token (whitespace tokens after it aside)?"""
+        for t in reversed(prompt_ids):
+            if t == open_id:
+                return True
+            if self.tokenizer.decode([t], skip_special_tokens=False).strip():
+                return False
+        return False
 
     def compile(self, guided: Guided, newlines_first: bool = False):
         """The compiled grammar; newlines_first: newlines may come before it (after a thinking block)."""

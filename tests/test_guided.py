@@ -185,6 +185,8 @@ def test_a_grammar_that_leads_nowhere_ends_only_its_request(engines):
     assert spec.error == plain.error and spec.token_ids == plain.token_ids and spec.logprobs == plain.logprobs
     assert spec.text == "abcdefgh" and len(spec.logprobs) == len(spec.token_ids)  # every committed token scored
     assert sum(r["num_committed"] for r in spec.rounds) + 1 == len(spec.token_ids)  # every round recorded
+    for j, r in enumerate(spec.rounds):  # (anchors: the prompt's one token, then what the rounds before committed)
+        assert r["anchor_position"] == 1 + sum(q["num_committed"] for q in spec.rounds[:j])
     comma = llm.engine.tokenizer.encode(",")[0]  # a stop id the grammar needs: the request stops there
     out = llm.generate(["x"], SamplingParams(max_tokens=20, guided=Guided(regex="ab,cd"), stop_token_ids=[comma]))[0]
     assert out.finish_reason == "stop" and out.text == "ab," and out.token_ids[-1] == comma
@@ -235,6 +237,9 @@ def test_grammar_after_a_thinking_block(engines):
         max_tokens=120, guided=Guided(regex=regex, thinking=("):", "Ġ="))))[0]  # the prompt ends with "):"
     head, _, tail = opened.text.partition(" =")
     assert head and re.fullmatch(r"\n*" + regex, tail), opened.text
+    guides, ids = engines["spec"].engine.guides, tok.encode("x =")  # a prompt that ends with the open token " ="
+    assert guides.opened(ids, tok.token_to_id("Ġ=")) and guides.opened(ids + tok.encode("\n"), tok.token_to_id("Ġ="))
+    assert not guides.opened(tok.encode("x = 1"), tok.token_to_id("Ġ="))
     with pytest.raises(InvalidSamplingParamsError, match="guided thinking must name two tokens"):
         engines["plain"].generate(["x"], SamplingParams(guided=Guided(json=True, thinking=("<think>", "</think>"))))
 

@@ -137,3 +137,18 @@ def test_structured_output_lets_the_model_think_first():
     assert _guided_after_thinking(engine(False), params, True).guided.thinking is None
     assert _guided_after_thinking(engine(True), params, False).guided.thinking is None
     assert _guided_after_thinking(engine(True), SamplingParams(), True).guided is None
+
+
+def test_a_prompt_that_opened_the_thinking_block():
+    """A chat template that opens <think> in the prompt (Qwen3 thinking-only models): the output's text up to
+    </think> is reasoning_content, whole and streamed."""
+    choice = Choice(0, "r-0", [1], SamplingParams(), reasoning=True, thinking_open=True)
+    text = "let me think\n</think>\n\nIt is 4."
+    message = response("chat", "r", "m", [choice], [Snapshot(text, 9, "stop", {"enabled": True})])["choices"][0]
+    assert message["message"]["reasoning_content"] == "let me think" and message["message"]["content"] == "It is 4."
+    stream = _ChoiceStream(choice, "r", "m", chat=True)
+    events = [e for k in range(1, len(text)) for e in stream.events(Snapshot(text[:k], k, None))]
+    events += stream.events(Snapshot(text, 9, "stop", {"enabled": True}))
+    deltas = [json.loads(e[len("data: "):])["choices"][0]["delta"] for e in events]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "let me think"
+    assert "".join(d.get("content", "") for d in deltas) == "It is 4."

@@ -8,6 +8,7 @@ from sparkdec.engine.sequence import SpecStats
 from sparkdec.sampling import SamplingParams
 from sparkdec.server import protocol as P
 from sparkdec.server import reasoning, tools
+from sparkdec.server.reasoning import OPEN
 from sparkdec.server.engine_loop import EngineLoop, RequestHandle, Snapshot
 from sparkdec.server.logprobs import LogprobFormatter
 
@@ -25,6 +26,13 @@ class Choice:
     logprobs: LogprobFormatter | None = None  # when the request asked for log-probabilities
     tools: bool = False  # chat with tools offered: `<tool_call>` blocks come back as tool_calls (server/tools.py)
     reasoning: bool = False  # chat on a server with a reasoning parser: thinking apart (server/reasoning.py)
+    thinking_open: bool = False  # its prompt opened the thinking block: the output begins inside it
+
+    def thought_and_text(self, text: str, final: bool) -> tuple[str, str]:
+        """(reasoning, content) of an output so far (all content without a reasoning parser)."""
+        if not self.reasoning:
+            return "", text
+        return reasoning.split((reasoning.OPEN if self.thinking_open else "") + text, final)
 
     def logprobs_of(self, entries) -> dict | None:
         return self.logprobs.format(entries) if self.logprobs is not None and entries is not None else None
@@ -44,7 +52,8 @@ def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = Fal
             seeded = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)
             formatter = LogprobFormatter(engine.tokenizer, kind == "chat") if params.logprobs is not None else None
             out.append(Choice(index, f"{rid}-{index}", prompt_ids, seeded, echo, logprobs=formatter,
-                              tools=getattr(body, "calls_tools", False), reasoning=reasoning and kind == "chat"))
+                              tools=getattr(body, "calls_tools", False), reasoning=reasoning and kind == "chat",
+                              thinking_open=isinstance(prompt, str) and prompt.rstrip().endswith(OPEN)))
     return out
 
 
@@ -70,7 +79,7 @@ def _echo_text(engine, prompt) -> str:
 
 def chat_message(c: Choice, text: str) -> tuple[dict, list[dict]]:
     """-> (the assistant message of a finished chat choice, its tool calls)."""
-    thought, text = reasoning.split(text, final=True) if c.reasoning else ("", text)
+    thought, text = c.thought_and_text(text, final=True)
     content, calls = tools.parse(text) if c.tools else (text, [])
     message = {"role": "assistant", "content": content}
     if c.reasoning:

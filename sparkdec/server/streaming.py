@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 
 from sparkdec.server import protocol as P
-from sparkdec.server import reasoning, tools
+from sparkdec.server import tools
 from sparkdec.server.choices import chat_message, prompt_tokens
 from sparkdec.server.engine_loop import RequestHandle, Snapshot
 
@@ -92,7 +92,7 @@ class _ChoiceStream:
         """(reasoning, content, tool calls, finish reason) of the output so far, as much as a stream may show."""
         if snap.finish_reason is None:
             text = stable_prefix(snap.text, self.c.params.stop)
-            thought, text = reasoning.split(text, final=False) if self.c.reasoning else ("", text)
+            thought, text = self.c.thought_and_text(text, final=False)
             if not self.c.tools:
                 return thought, text, [], None
             return thought, tools.streamable(text), tools.complete_calls(text), None

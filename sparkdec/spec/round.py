@@ -263,7 +263,7 @@ class RoundRunner:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
-                self._record(seq, drafts[i], conf[i], n - 1, min(accepted, end), committed, (t1 - t0, t2 - t1))
+                self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, end), committed, (t1 - t0, t2 - t1))
             if end <= accepted and seq.finish_reason is None:  # its next token comes from a row with no choice
                 processed.dead_end(seq, own)
             touched.append(seq)
@@ -281,8 +281,7 @@ class RoundRunner:
                 token = argmax[r]
             else:
                 token = sample_token(logits[r], seq.params, seq.seed, len(seq.prompt_ids))
-            commit_tokens(seq, [token], self.decode)
-            if seq.logprobs is not None:
+            if commit_tokens(seq, [token], self.decode) and seq.logprobs is not None:  # (0: refused, see append)
                 scores.output(seq, logits[r:r + 1], [token])
             seq.first_token_time = time.perf_counter()
             touched.append(seq)
@@ -333,10 +332,10 @@ class RoundRunner:
         return VerifyPolicy(p.verify_len if p.verify_len is not None else self.policy.verify_len,
                             p.min_confidence if p.min_confidence is not None else self.policy.min_confidence)
 
-    def _record(self, seq, drafts, conf, ell, accepted, committed, times) -> None:
+    def _record(self, seq, anchor_position, drafts, conf, ell, accepted, committed, times) -> None:
         seq.spec.record(ell, accepted)
         if seq.rounds is not None:
-            seq.rounds.append({"anchor_position": seq.num_computed - accepted - 1, "draft_token_ids": list(drafts),
+            seq.rounds.append({"anchor_position": anchor_position, "draft_token_ids": list(drafts),
                                "confidence": [float(c) for c in conf], "num_verified": ell,
                                "num_accepted": accepted, "num_committed": committed,
                                "propose_ms": times[0] * 1e3, "verify_ms": times[1] * 1e3})
