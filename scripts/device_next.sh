@@ -319,6 +319,8 @@ elif [ "$1" = 59 ]; then  # (sessions 40-41) the serving features' GPU tests wit
     -k "preempted or logprobs or prefix_cache or logit_processing or guided" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED" | head -12
   timeout 150 python scripts/ab_prefix_cache.py $OUT/prefix_cache_ab_h200_tiny.json cuda 2>&1 | tail -3
+  timeout 120 python scripts/ab_guided_drafts.py $OUT/guided_drafts_ab_h200_tiny.json cuda 2>&1 | tail -4
+  timeout 120 python scripts/ab_guided_drafts.py $OUT/processed_drafts_ab_h200_tiny.json cuda processed 2>&1 | tail -5
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
