@@ -22,7 +22,7 @@ def rewrites(params: SamplingParams) -> bool:
     """Does this request rewrite its logits (min_p only when it samples: greedy decoding keeps the most likely token,
     which min_p never drops)?"""
     return bool(params.logit_bias or penalizes(params) or (params.min_p > 0.0 and not params.greedy)
-                or params.min_tokens)
+                or params.min_tokens or params.bad_words)
 
 
 def penalizes(params: SamplingParams) -> bool:
@@ -30,7 +30,8 @@ def penalizes(params: SamplingParams) -> bool:
 
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
-                   drafts: list[int], allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = ()) -> torch.Tensor:
+                   drafts: list[int], allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = (),
+                   bad_words: tuple[tuple[int, ...], ...] = ()) -> torch.Tensor:
     """logits [n, V] of rows that choose the tokens after output_ids + drafts[:k] (k = 0 .. n - 1; drafts has at least
     n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor). allowed: bool [n, V], each row's tokens under
     guided decoding (guided.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
@@ -38,18 +39,35 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
     n, vocab = logits.shape
     counts = history_counts(output_ids, drafts[:n - 1], n, vocab, logits.device) if penalizes(params) else None
     seen = token_mask(prompt_ids, vocab, logits.device) if params.repetition_penalty != 1.0 else None
-    return process(logits, params, counts, seen, params.min_tokens - len(output_ids), stop_ids, allowed)
+    banned = banned_rows(bad_words, output_ids + list(drafts[:n - 1]), len(output_ids), n) if bad_words else None
+    return process(logits, params, counts, seen, params.min_tokens - len(output_ids), stop_ids, allowed, banned)
+
+
+def banned_rows(bad_words: tuple[tuple[int, ...], ...], history: list[int], start: int, n: int) -> list[list[int]]:
+    """Per row k (after history[:start + k]): the tokens bad words forbid there, each word's last token where its
+    other tokens end the history (a one-token word everywhere), as vLLM's bad_words."""
+    rows = []
+    for k in range(n):
+        seen = history[:start + k]
+        rows.append([w[-1] for w in bad_words if len(w) == 1 or (len(seen) >= len(w) - 1
+                                                                 and seen[len(seen) - len(w) + 1:] == list(w[:-1]))])
+    return rows
 
 
 def process(logits: torch.Tensor, params: SamplingParams, counts: torch.Tensor | None, prompt_seen: torch.Tensor | None,
-            early: int, stop_ids: tuple[int, ...], allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """logits [n, V] -> processed [n, V] float32 (a new tensor), in this order: the guided mask (allowed), min_tokens
+            early: int, stop_ids: tuple[int, ...], allowed: torch.Tensor | None = None,
+            banned: list[list[int]] | None = None) -> torch.Tensor:
+    """logits [n, V] -> processed [n, V] float32 (a new tensor), in this order: the guided mask (allowed), bad words
+    (banned: per row, the tokens it may not choose), min_tokens
     (its first `early` rows never choose stop_ids), logit_bias, the repetition penalty (tokens counted in counts
     [n, V] or seen in prompt_seen [V]), frequency and presence penalties (counts), min_p."""
     x = logits.float().clone()  # [n, V]
     n, vocab = x.shape
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
+    for k, ids in enumerate(banned or ()):
+        if ids:
+            x[k, torch.tensor(ids, device=x.device)] = float("-inf")
     early = min(n, early)
     if early > 0 and stop_ids:
         ids = torch.tensor([t for t in stop_ids if t < vocab], dtype=torch.long, device=x.device)

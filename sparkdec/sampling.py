@@ -47,6 +47,7 @@ class SamplingParams:
     # the first min_tokens output tokens are never EOS or a stop id (their logits are -inf), and stop strings are
     # looked for only in the text after them (vLLM's min_tokens)
     min_tokens: int = 0
+    bad_words: tuple[str, ...] = ()  # words never generated (vLLM's: each with and without a leading space)
     # guided decoding (sparkdec/guided.py): the output follows JSON (a schema), a regex, a choice or a grammar
     guided: Guided | dict | None = None
 
@@ -57,6 +58,7 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias or ()
         object.__setattr__(self, "logit_bias", tuple(sorted((t, b) for t, b in bias)))  # hashable, in one order
+        object.__setattr__(self, "bad_words", tuple(self.bad_words or ()))
         if isinstance(self.guided, dict):
             object.__setattr__(self, "guided", Guided(**self.guided))
         self.validate()
@@ -83,6 +85,8 @@ class SamplingParams:
                 bad(f"{name} must be an integer from 0 to {MAX_LOGPROBS} (the top alternatives per token), got {k!r}")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             bad(f"stop_token_ids must be token ids (integers >= 0), got {list(self.stop_token_ids)!r}")
+        if any(not isinstance(w, str) or not w.strip() for w in self.bad_words):
+            bad("bad_words must be non-empty strings")
         if any(not s for s in self.stop):
             bad("stop strings must be non-empty")
         self._validate_processing(bad)

@@ -159,3 +159,34 @@ def test_min_tokens_holds_back_stop_ids_and_stop_strings():
     assert late.text.startswith(early.text + "\n") and len(late.token_ids) >= len(early.token_ids) + 2
     with pytest.raises(InvalidSamplingParamsError, match="min_tokens must be an integer from 0 to max_tokens"):
         SamplingParams(max_tokens=4, min_tokens=5)
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
+def test_bad_words_never_appear():
+    """bad_words (vLLM's rule: each word's tokens, as written and after a space, never all generated in a row); the
+    same tokens with speculation on and off."""
+    plain, spec = LLM(draft=None, speculative=False), LLM()
+    prompts = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "]
+    base = spec.generate(prompts, SamplingParams(max_tokens=60))
+    assert "Parse a" in base[0].text and " line" in base[0].text and "argparse" in base[1].text
+    for temperature in (0.0, 0.8):
+        params = SamplingParams(max_tokens=60, temperature=temperature, seed=6, bad_words=["line", "argparse", "Parse a"])
+        outs = spec.generate(prompts, params)
+        assert [o.token_ids for o in outs] == [o.token_ids for o in plain.generate(prompts, params)]
+        words = spec.engine.bad_word_ids(params.bad_words)
+        assert any(len(w) > 1 for w in words)  # a word of several tokens is banned as a run
+        for o in outs:
+            ids = o.token_ids
+            assert not any(ids[k:k + len(w)] == list(w) for w in words for k in range(len(ids))), o.text
+    with pytest.raises(InvalidSamplingParamsError, match="bad_words must be non-empty strings"):
+        SamplingParams(bad_words=[" "])
+
+
+def test_banned_rows_follow_each_rows_history():
+    from sparkdec.penalties import banned_rows
+
+    words = ((9,), (7, 9), (5, 7, 3))
+    rows = banned_rows(words, [5, 7] + [7, 9], 2, 3)  # output [5, 7], drafts [7, 9]: rows after [5, 7], +7, +7 9
+    assert [sorted(r) for r in rows] == [[3, 9, 9], [9, 9], [9]]
+    x = processed_rows(torch.zeros(3, 12), SamplingParams(), [], [5, 7], [7, 9], bad_words=words)
+    assert [torch.isinf(r).nonzero().flatten().tolist() for r in x] == [[3, 9], [9], [9]]

@@ -174,8 +174,16 @@ class Engine:
                        prompt_logprobs=[(ids[0], None, ())] if params.prompt_logprobs is not None else None)
         seq.spec.block_size = self.block_size
         seq.guide = guide
+        seq.bad_words = self.bad_word_ids(params.bad_words)
         self.scheduler.add(seq)
         return seq
+
+    def bad_word_ids(self, words: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+        """Each bad word's token sequences, as written and after a space (vLLM's rule)."""
+        if words and self.tokenizer is None:
+            raise InvalidSamplingParamsError("bad_words needs the model's tokenizer (tokenizer.json)")
+        seqs = {tuple(self.tokenizer.encode(v)) for w in words for v in (w.lstrip(), " " + w.lstrip())}
+        return tuple(sorted(s for s in seqs if s))
 
     def speculating(self, seq: Sequence) -> bool:
         if self.drafter is None:

@@ -98,6 +98,7 @@ class Sequence:
     preemptions: int = 0  # times the scheduler took this sequence's pages back (engine/scheduler.py)
     page_keys: list[bytes] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
+    bad_words: tuple[tuple[int, ...], ...] = ()  # params.bad_words as token sequences (Engine.add_request)
     guide: object | None = None  # guided decoding's matcher (guided.Matcher), advanced by each committed token
     error: str | None = None  # why the request ended with finish_reason "error" (see fail)
     error_own: bool = True  # the request's own doing (a 400 on the server), else the server's (500)

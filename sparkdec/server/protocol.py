@@ -31,7 +31,7 @@ class StreamOptions(BaseModel):
 
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
-UNSUPPORTED = {"bad_words": (None, []), "guided_whitespace_pattern": (None,)}
+UNSUPPORTED = {"guided_whitespace_pattern": (None,)}
 
 
 class _Common(BaseModel):
@@ -56,6 +56,7 @@ class _Common(BaseModel):
     repetition_penalty: float | None = None
     min_p: float | None = None
     min_tokens: int | None = None
+    bad_words: list[str] | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string, as OpenAI sends it) -> added to its logit
     # structured outputs (server/structured.py): at most one of these
     response_format: dict | None = None
@@ -90,7 +91,8 @@ class _Common(BaseModel):
             prompt_logprobs=self.prompt_logprob_count(), logit_bias=self.token_biases(),
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            min_p=self.min_p or 0.0, min_tokens=self.min_tokens or 0, guided=guided_of(self))
+            min_p=self.min_p or 0.0, min_tokens=self.min_tokens or 0, guided=guided_of(self),
+            bad_words=tuple(self.bad_words or ()))
 
     def token_biases(self) -> dict[int, float]:
         """logit_bias with its keys read as token ids."""

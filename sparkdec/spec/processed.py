@@ -20,7 +20,7 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
             rows = rows_tensor(logits[r0:r0 + n])
             allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
             out[id(seq)] = processed_rows(rows, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed,
-                                          held_back(seq))
+                                          held_back(seq), seq.bad_words)
     return out
 
 
@@ -81,7 +81,7 @@ def first_token(seq, row: torch.Tensor, sample) -> int | tuple[int, bool]:
     (row, own) when no token can be chosen."""
     row = rows_tensor(row)
     allowed = seq.guide.allowed([], 1, row.device) if seq.guide is not None else None
-    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq))
+    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq), seq.bad_words)
     dead = dead_rows({0: x})
     if dead:
         return dead[0]
