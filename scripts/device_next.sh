@@ -52,7 +52,10 @@
 # then 58.
 # Session 41 had no device either: it added logit processing (penalties, logit_bias, min_p) and guided decoding; their
 # GPU tests are in 59 (carry .whl: the xgrammar wheels, downloaded with `pip download xgrammar==0.2.8
-# apache-tvm-ffi==0.1.15.post2 --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64`).
+# apache-tvm-ffi==0.1.15.post2 pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection --no-deps
+# --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64`: the
+# device lacks pydantic). It ran late in session 41: all its tests passed (gpu_tests_h200_2026-12-05_session41.json),
+# its A/Bs and the 4B bench at 1k (80.3% of the floor) are in benchmarks/results/*_2026-12-05*.
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -314,7 +317,7 @@ from sparkdec.cli import main; main(['bench', 'kernels', '--shapes', 'qwen3-4b',
  '$OUT/kernels_comb_w2.json'])" 2>&1 | grep "^qwen3"
 elif [ "$1" = 59 ]; then  # (sessions 40-41) the serving features' GPU tests with graphs in bf16 (run with carry [".whl"]:
   # xgrammar's wheels for the device's Python 3.12, for the guided test)
-  python -m pip install -q --no-index --no-deps .whl/*cp312*.whl 2>&1 | tail -1
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
   timeout 400 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
     -k "preempted or logprobs or prefix_cache or logit_processing or guided" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED" | head -12

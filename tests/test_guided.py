@@ -159,11 +159,11 @@ def test_drafts_follow_the_grammar(engines):
             if m._first.is_terminated():
                 break
             assert m._first.accept_token(d), (r, d)
-    spec_round.GUIDED_DRAFTS = False
+    before, spec_round.GUIDED_DRAFTS = spec_round.GUIDED_DRAFTS, False
     try:
         unguided = llm.generate(PROMPTS[:1], params)[0]
     finally:
-        spec_round.GUIDED_DRAFTS = True
+        spec_round.GUIDED_DRAFTS = before
     assert unguided.token_ids == out.token_ids and unguided.stats["rounds"] > out.stats["rounds"]
 
 

@@ -29,10 +29,12 @@ GREEDY = SamplingParams()  # the draw of a row whose token is the argmax
 # drafts), the same tokens; 4B shape 5.3-6.2 -> 3.7-3.8 ms/token. (Session 6 measured it slower, before coupled
 # drafts and the batched draw: kernels_h200_2026-11-30_session6_sampled.json.) False: one row at a time.
 DEVICE_DRAWS = True
-# guided sequences draft only what their grammar allows: each slot's disallowed tokens are masked out of the drafter's
-# logits before its pick (a host read per slot). Shipped pair, CPU: see docs/architecture.md (Known gaps). False: the
-# drafter ignores the grammar (the A/B baseline).
-GUIDED_DRAFTS = True
+# True: guided sequences draft only what their grammar allows: each slot's disallowed tokens are masked out of the
+# drafter's logits before its pick (a host read per slot, and the propose leaves its CUDA graph). Shipped pair, tokens
+# per round rise on both devices (JSON schema 1.56 -> 3.08, a forced tool call 1.30 -> 3.85 on the H200), but tokens/s
+# rose on the CPU (1.1-2.5x) and fell on the H200 (0.54-0.92x: the tiny verify is cheaper than the eager propose;
+# guided_drafts_ab_{cpu,h200}_tiny_2026-12-05.json; unmeasured at full size). None: on for CPU engines, off on CUDA.
+GUIDED_DRAFTS: bool | None = None
 # True: sequences that rewrite their logits (penalties, logit_bias, min_p, min_tokens) draft from logits rewritten the
 # same way, slot by slot (penalties.DraftProcessing: no host read, but the propose leaves its CUDA graph). Shipped
 # pair, CPU, 4 code prompts, tokens per round off -> on (processed_drafts_ab_cpu_tiny_2026-12-05.json): repetition
@@ -67,8 +69,9 @@ class RoundRunner:
         """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
         positions = [s.anchor_position for s in seqs]
         gumbels: dict[int, torch.Tensor] = {}  # row -> [γ, V]: coupled rows' race noise, made at the first slot
-        guides = [(i, s.guide) for i, s in enumerate(seqs)
-                  if s.guide is not None and s.guide.constrains_drafts()] if GUIDED_DRAFTS else []
+        on = GUIDED_DRAFTS if GUIDED_DRAFTS is not None else self.runner.device.type != "cuda"
+        guides = [(i, s.guide) for i, s in enumerate(seqs) if s.guide is not None and s.guide.constrains_drafts()] \
+            if on else []
         rewrites = processed.draft_processing(seqs, self.runner.target_cfg.vocab_size, self.runner.device) \
             if PROCESSED_DRAFTS else []
 
