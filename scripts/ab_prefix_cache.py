@@ -34,7 +34,8 @@ def run(caching: bool, device: str | None) -> dict:
         tokens.append(out.token_ids)
     sched = llm.engine.scheduler
     timing = {k: (v if k == "steps" else round(v * 1e3, 2)) for k, v in llm.engine.rounds.timing.items()}
-    return {"engine_timing_ms": timing, "ttft_ms": ttft, "total_ms": total, "median_ttft_ms_after_first": statistics.median(ttft[1:]),
+    return {"engine_timing_ms": timing, "ttft_ms": ttft, "total_ms": total,
+            "median_ttft_ms_after_first": statistics.median(ttft[1:]),
             "median_total_ms_after_first": statistics.median(total[1:]), "prompt_tokens": len(out.prompt_token_ids),
             "prefix_queries": sched.prefix_queries, "prefix_hits": sched.prefix_hits, "tokens": tokens}
 
