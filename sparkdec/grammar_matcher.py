@@ -30,20 +30,19 @@ class Matcher:
         if thinking is not None:
             self.open_id, self.close_id = thinking[0], thinking[1]
             self._after = matcher(thinking[2])
+        self._live = self._first  # where committed grammar tokens go: the second grammar once a block closed
         self.phase = GRAMMAR if thinking is None else FREE if thinking_open else START
         self._walk: _Walk | None = None  # a propose's walk through its drafts
 
     def grammar_for(self, phase: str):
         """The matcher a phase's tokens go to (None inside the block)."""
-        return None if phase == FREE else self._after if (phase == GRAMMAR and self._took_after) else self._first
-
-    _took_after = False  # the committed output passed a thinking block (the second grammar is the live one)
+        return None if phase == FREE else self._live
 
     def accept(self, token: int) -> bool:
         """A committed token -> False if the grammar refuses it (its mask allowed it: an xgrammar fault)."""
         if self.phase == FREE:
             if token == self.close_id:
-                self.phase, self._took_after = GRAMMAR, True
+                self.phase, self._live = GRAMMAR, self._after
             return True
         if self.phase == START:
             if token == self.open_id:

@@ -34,7 +34,7 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
                    bad_words: tuple[tuple[int, ...], ...] = ()) -> torch.Tensor:
     """logits [n, V] of rows that choose the tokens after output_ids + drafts[:k] (k = 0 .. n - 1; drafts has at least
     n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor). allowed: bool [n, V], each row's tokens under
-    guided decoding (guided.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
+    guided decoding (grammar_matcher.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
     ids)."""
     n, vocab = logits.shape
     counts = history_counts(output_ids, drafts[:n - 1], n, vocab, logits.device) if penalizes(params) else None

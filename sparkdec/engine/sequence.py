@@ -99,7 +99,7 @@ class Sequence:
     page_keys: list[bytes] | None = None  # its prompt's full pages' prefix keys (engine/prefix_cache.py)
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
     bad_words: tuple[tuple[int, ...], ...] = ()  # params.bad_words as token sequences (Engine.add_request)
-    guide: object | None = None  # guided decoding's matcher (guided.Matcher), advanced by each committed token
+    guide: object | None = None  # guided decoding's matcher (grammar_matcher.Matcher), advanced by each committed token
     error: str | None = None  # why the request ended with finish_reason "error" (see fail)
     error_own: bool = True  # the request's own doing (a 400 on the server), else the server's (500)
 
