@@ -28,18 +28,31 @@ def dead_rows(rows: dict[int, torch.Tensor]) -> dict[int, tuple[int, bool]]:
     """id(seq) -> (its first processed row with no token to choose, whether that is the request's own doing: every
     logit -inf, a grammar that leads nowhere; not so for a NaN or +inf, the model's numbers), for the sequences that
     have one; one device->host read."""
+    return read_rows([], rows, lambda seq: False)[1]
+
+
+def read_rows(spans, rows: dict[int, torch.Tensor], batched) -> tuple[dict[int, list[int]], dict]:
+    """(drawn, dead) in the round's second and last device->host read: drawn is id(seq) -> the token each of its
+    processed rows chooses (sampling.draw_tokens: the argmax, or the race plain sampling runs) for the sequences with
+    processed rows for which batched(seq) holds; dead is dead_rows'."""
     if not rows:
-        return {}
+        return {}, {}
+    picked = [(seq, n) for seq, _, n, _ in spans if id(seq) in rows and batched(seq)]
+    draws = [(seq.params, seq.seed, seq.anchor_position + k + 1) for seq, n in picked for k in range(n)]
+    tokens = [draw_tokens(torch.cat([rows[id(seq)] for seq, _ in picked]), draws)] if picked else []  # [sum n]
     states = [torch.where(x.isnan().any(-1) | (x == float("inf")).any(-1), 2, (~x.isfinite().any(-1)).long())
               for x in rows.values()]  # [n] each: 0 fine, 1 all -inf, 2 NaN or +inf
-    flags = torch.cat(states).tolist()
-    out, at = {}, 0
-    for key, x in zip(rows, rows.values()):
-        bad = [(k, f == 1) for k, f in enumerate(flags[at:at + x.shape[0]]) if f]
+    host = torch.cat(tokens + states).tolist()
+    drawn, at = {}, 0
+    for seq, n in picked:
+        drawn[id(seq)], at = host[at:at + n], at + n
+    dead = {}
+    for key, x in rows.items():
+        bad = [(k, f == 1) for k, f in enumerate(host[at:at + x.shape[0]]) if f]
         if bad:
-            out[key] = bad[0]
+            dead[key] = bad[0]
         at += x.shape[0]
-    return out
+    return drawn, dead
 
 
 def dead_end(seq, own: bool) -> None:
@@ -49,20 +62,6 @@ def dead_end(seq, own: bool) -> None:
                  f"{seq.text[-40:]!r}")
     else:
         seq.fail("the model's logits are not finite (NaN or +inf) at this request's next token", own=False)
-
-
-def drawn_tokens(spans, rows: dict[int, torch.Tensor], batched) -> dict[int, list[int]]:
-    """id(seq) -> the token each of its processed rows chooses (sampling.draw_tokens: the argmax, or the race plain
-    sampling runs), for the sequences with processed rows for which batched(seq) holds; one device->host read."""
-    picked = [(seq, n) for seq, _, n, _ in spans if id(seq) in rows and batched(seq)]
-    if not picked:
-        return {}
-    draws = [(seq.params, seq.seed, seq.anchor_position + k + 1) for seq, n in picked for k in range(n)]
-    tokens = draw_tokens(torch.cat([rows[id(seq)] for seq, _ in picked]), draws).tolist()  # [sum n]
-    out, at = {}, 0
-    for seq, n in picked:
-        out[id(seq)], at = tokens[at:at + n], at + n
-    return out
 
 
 def draft_processing(seqs, vocab: int, device) -> list[tuple[int, DraftProcessing]]:

@@ -251,8 +251,7 @@ class RoundRunner:
         t2 = time.perf_counter()
         touched, scores = [], logprobs.RoundScores()
         rows = processed.process_spans(spans, logits, drafts) if self.simulate is None else {}
-        picks = processed.drawn_tokens(spans, rows, self._drawn_after)
-        dead = processed.dead_rows(rows)
+        picks, dead = processed.read_rows(spans, rows, self._drawn_after)
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
