@@ -25,7 +25,10 @@ SPLIT = 128  # keys per split (fixed: part of the reduction order)
 # every row: part of the reduction order. FINE_END 0: SPLIT keys throughout.
 FINE_SPLIT = 64
 FINE_END = 2048
-CHUNK = 16  # splits the combine reduces at a time (fixed: part of the reduction order)
+# splits the combine reduces at a time (fixed: part of the reduction order). 32, not 16: a lone row's short graph (32
+# split programs per kv head) reduces one chunk, not two; 4B decode replay at 1k 2.439 -> 2.421 ms, at 8k 3.202 ->
+# 3.156 (three and two runs each; comb_w2_ab_h200_2026-12-05_session42.json)
+CHUNK = 32
 BLOCK_N = 64  # keys per inner step (a divisor of SPLIT)
 SPLIT_BLOCK_N = BLOCK_N  # the split kernel's step (part of the reduction order: decode and verify rows share it)
 SPLIT_WARPS = 4  # the split kernel's warps (sets the tile's register layout, so also part of the reduction order)
