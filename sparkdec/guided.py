@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass
 
 from sparkdec.errors import InvalidSamplingParamsError
@@ -95,6 +96,7 @@ class GuideCompiler:
     def __init__(self, tokenizer, vocab_size: int):
         self.tokenizer, self.vocab_size = tokenizer, vocab_size
         self._compiler = None
+        self._lock = threading.Lock()  # (compiles run on the server's worker threads; xgrammar's compiler is shared)
 
     def matcher(self, guided: Guided, stop_ids: tuple[int, ...], prompt_ids: list[int] = ()) -> Matcher:
         """A request's matcher; prompt_ids: whether its prompt already opened the thinking block."""
@@ -133,15 +135,18 @@ class GuideCompiler:
             raise InvalidSamplingParamsError(f"the guided {kind} does not compile: {message}") from None
 
     def _get(self):
-        if self._compiler is None:
-            if self.tokenizer is None:
-                raise InvalidSamplingParamsError("guided decoding needs the model's tokenizer (tokenizer.json)")
-            try:
-                import xgrammar as xgr
-            except ImportError:
-                raise InvalidSamplingParamsError("guided decoding needs xgrammar: pip install xgrammar") from None
-            self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1,
-                                                 cache_limit_bytes=CACHE_BYTES)
+        with self._lock:
+            return self._compiler or self._build()
+
+    def _build(self):
+        if self.tokenizer is None:
+            raise InvalidSamplingParamsError("guided decoding needs the model's tokenizer (tokenizer.json)")
+        try:
+            import xgrammar as xgr
+        except ImportError:
+            raise InvalidSamplingParamsError("guided decoding needs xgrammar: pip install xgrammar") from None
+        self._compiler = xgr.GrammarCompiler(token_info(self.tokenizer, self.vocab_size), max_threads=1,
+                                             cache_limit_bytes=CACHE_BYTES)
         return self._compiler
 
 

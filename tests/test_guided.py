@@ -262,3 +262,38 @@ def test_refused_tokens_and_bad_logits_are_the_servers_fault():
     rows = {1: torch.tensor([[0.0, 1.0], [-inf, -inf]]), 2: torch.tensor([[0.0, float("nan")]]),
             3: torch.tensor([[inf, 0.0]]), 4: torch.tensor([[-inf, 2.0]])}
     assert dead_rows(rows) == {1: (1, True), 2: (0, False), 3: (0, False)}
+
+
+def test_the_server_compiles_grammars_off_the_engine_thread(engines):
+    """The server's engine loop takes a guided request's matcher built on a worker thread (a new grammar does not
+    stall the requests in flight) and decodes what the engine alone decodes; a bad grammar is refused there."""
+    import asyncio
+    import threading
+
+    from sparkdec.server.engine_loop import EngineLoop
+
+    llm = engines["spec"]
+    engine, compiled_on = llm.engine, []
+    compile_ = engine.guides.compile
+    engine.guides.compile = lambda *a, **k: (compiled_on.append(threading.current_thread().name), compile_(*a, **k))[1]
+    params = SamplingParams(max_tokens=80, temperature=0.0, guided=Guided(regex=r"[a-z]{3,9}_v\d"))
+    ids = engine.tokenizer.encode(PROMPTS[0])
+    loop = EngineLoop(engine)
+    loop.start()
+
+    async def serve(request_params: SamplingParams):
+        handle = loop.submit("off-thread", ids, request_params, await loop.prepare_guide(ids, request_params))
+        await handle.added
+        while not handle.done:
+            await handle.next()
+        return handle.latest
+
+    try:
+        snap = asyncio.run(serve(params))
+        with pytest.raises(InvalidSamplingParamsError, match="the guided regex does not compile"):
+            asyncio.run(serve(SamplingParams(guided=Guided(regex="(ab"))))
+    finally:
+        loop.stop()
+        engine.guides.compile = compile_
+    assert compiled_on and "sparkdec-engine" not in compiled_on, compiled_on
+    assert snap.finish_reason == "stop" and snap.text == llm.generate([ids], params)[0].text

@@ -154,7 +154,9 @@ class Engine:
         return ids
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, trace: bool = False) -> Sequence:
+                    request_id: str | None = None, trace: bool = False, guide=None) -> Sequence:
+        """guide: the request's grammar matcher built beforehand by guide_for (the server builds it off the engine
+        thread); built here when None."""
         params = params or SamplingParams()
         params.validate()
         vocab = self.target_cfg.vocab_size
@@ -165,8 +167,7 @@ class Engine:
                                                  f"(0..{vocab - 1}); drop them")
         ids = self.encode_prompt(prompt)
         eos = self.tokenizer.eos_token_ids if self.tokenizer else ()
-        # (the grammar ends with EOS; a stop id is an ordinary token to it, which ends the request where it comes)
-        guide = self.guides.matcher(params.guided, eos, ids) if params.guided else None
+        guide = guide if guide is not None else self.guide_for(ids, params)
         seq = Sequence(request_id=request_id or f"req-{next(self._ids)}", prompt_ids=ids, params=params,
                        seed=params.resolved_seed(), eos_ids=eos, max_model_len=self.max_model_len,
                        rounds=[] if trace else None, arrival=time.perf_counter(),
@@ -177,6 +178,16 @@ class Engine:
         seq.bad_words = self.bad_word_ids(params.bad_words)
         self.scheduler.add(seq)
         return seq
+
+    def guide_for(self, prompt_ids: list[int], params: SamplingParams):
+        """A guided request's grammar matcher (grammar_matcher.Matcher; None for others), its grammar compiled or taken
+        from the compiler's cache. Safe off the engine thread: the server builds it there, so that compiling a new
+        grammar does not stall the requests in flight."""
+        if not params.guided:
+            return None
+        params.validate()  # (its grammar is checked before it compiles)
+        # (the grammar ends with EOS; a stop id is an ordinary token to it, which ends the request where it comes)
+        return self.guides.matcher(params.guided, self.tokenizer.eos_token_ids if self.tokenizer else (), prompt_ids)
 
     def bad_word_ids(self, words: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """Each bad word's token sequences, as written and after a space (vLLM's rule)."""

@@ -96,10 +96,12 @@ def prompt_tokens(choices: list[Choice]) -> int:
 
 
 async def queue_all(loop: EngineLoop, choices: list[Choice]) -> None:
-    """Queue every choice at once (the engine takes them before the same step). If the engine refuses one (or the
-    client goes away meanwhile), all are aborted and the error propagates: a request runs whole or not at all."""
-    for c in choices:
-        c.handle = loop.submit(c.request_id, c.prompt_ids, c.params)
+    """Queue every choice at once (the engine takes them before the same step), their grammars compiled first, off
+    the engine thread. If the engine refuses one (or the client goes away meanwhile), all are aborted and the error
+    propagates: a request runs whole or not at all."""
+    guides = [await loop.prepare_guide(c.prompt_ids, c.params) for c in choices]  # (each choice its own matcher)
+    for c, guide in zip(choices, guides):
+        c.handle = loop.submit(c.request_id, c.prompt_ids, c.params, guide)
     try:
         results = await asyncio.gather(*(c.handle.added for c in choices), return_exceptions=True)
         refused = next((r for r in results if isinstance(r, BaseException)), None)

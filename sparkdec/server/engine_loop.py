@@ -51,6 +51,7 @@ class RequestHandle:
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
     added: asyncio.Future
+    guide: object = None  # its grammar matcher, built off the engine thread (LLMEngine.guide_for)
     latest: Snapshot | None = None
     done: bool = False
     _event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -98,14 +99,22 @@ class EngineLoop:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> RequestHandle:
+    def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams, guide=None) -> RequestHandle:
         """Send a request to the engine thread; its `added` future resolves when the engine takes it, or raises the
         engine's SparkdecError when it refuses it (bad params, capacity). The engine thread takes every command sent
-        before its next step."""
+        before its next step. guide: prepare_guide's matcher for a guided request."""
         loop = asyncio.get_running_loop()
-        handle = RequestHandle(request_id, prompt_ids, params, loop, loop.create_future())
+        handle = RequestHandle(request_id, prompt_ids, params, loop, loop.create_future(), guide)
         self._send(("add", handle))
         return handle
+
+    async def prepare_guide(self, prompt_ids: list[int], params: SamplingParams):
+        """A guided request's matcher, its grammar compiled on a worker thread (a new grammar can take a while to
+        compile; the engine thread goes on stepping the requests in flight); None for other requests. Raises the
+        engine's InvalidSamplingParamsError for a grammar that does not compile."""
+        if not params.guided:
+            return None
+        return await asyncio.to_thread(self.engine.guide_for, prompt_ids, params)
 
     def abort(self, request_id: str) -> None:
         self._send(("abort", request_id))
@@ -143,7 +152,8 @@ class EngineLoop:
             return
         handle: RequestHandle = arg
         try:
-            seq = self.engine.add_request(handle.prompt_ids, handle.params, request_id=handle.request_id)
+            seq = self.engine.add_request(handle.prompt_ids, handle.params, request_id=handle.request_id,
+                                          guide=handle.guide)
         except Exception as exc:
             handle.loop.call_soon_threadsafe(_set_exception, handle.added, exc)
             return
