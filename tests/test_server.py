@@ -412,10 +412,13 @@ def test_forced_tool_calls(server):
         for c in calls:
             args = json.loads(c.function.arguments)
             assert set(args) == ({"city"} if c.function.name == "get_weather" else {"tz"})
-        streamed = [c.choices[0].delta.tool_calls for c in client.chat.completions.create(**kw, stream=True)
-                    if c.choices and c.choices[0].delta.tool_calls]
-        assert [(t.function.name, t.function.arguments) for part in streamed for t in part] == \
-            [(c.function.name, c.function.arguments) for c in calls]
+        streamed = [t for c in client.chat.completions.create(**kw, stream=True)
+                    if c.choices and c.choices[0].delta.tool_calls for t in c.choices[0].delta.tool_calls]
+        joined = {}  # index -> [name, arguments]: the name in a call's first piece, its arguments in pieces
+        for t in streamed:
+            joined.setdefault(t.index, [t.function.name, ""])[1] += t.function.arguments or ""
+        assert [tuple(joined[k]) for k in sorted(joined)] == [(c.function.name, c.function.arguments) for c in calls]
+        assert len(streamed) > len(calls)  # (arguments streamed in pieces as they were written)
 
 
 def test_tokenize_and_detokenize(server, pair):

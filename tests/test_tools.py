@@ -152,3 +152,57 @@ def test_a_prompt_that_opened_the_thinking_block():
     deltas = [json.loads(e[len("data: "):])["choices"][0]["delta"] for e in events]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == "let me think"
     assert "".join(d.get("content", "") for d in deltas) == "It is 4."
+
+
+def test_written_call_reads_a_call_as_far_as_it_is_written():
+    body = '{"name": "get_weather", "arguments": {"city": "Paris", "when": {"day": 2}}}'
+    assert tools.written_call(body) == ("get_weather", '{"city": "Paris", "when": {"day": 2}}', True)
+    assert tools.written_call(body[:12]) == (None, "", False)  # the name not closed yet
+    assert tools.written_call(body[:50]) == ("get_weather", body[37:50], False)  # the arguments so far
+    for k in range(len(body)):  # the arguments so far are a prefix of the whole
+        assert '{"city": "Paris", "when": {"day": 2}}'.startswith(tools.written_call(body[:k])[1]), k
+    assert tools.written_call('{"arguments": {"a": 1}, "name": "f"}') == ("f", '{"a": 1}', True)
+    assert tools.written_call('{"name": "f", "arguments": "{\\"a\\": 1}"}') == ("f", "", False)  # a string: whole
+    assert tools.parse('<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>')[1][0]["function"][
+        "arguments"] == '{"a": 1}'
+
+
+def _forced() -> Choice:
+    from sparkdec import Guided
+
+    guided = Guided(tool_calls=(("get_weather", '{"type": "object"}'),), max_calls=2)
+    return Choice(0, "r-0", [1, 2], SamplingParams(max_tokens=50, guided=guided), tools=True)
+
+
+def _stream(choice: Choice, text: str, final: Snapshot, step: int = 3) -> list[dict]:
+    stream = _ChoiceStream(choice, "r", "m", chat=True)
+    events = [e for k in range(1, len(text), step) for e in stream.events(Snapshot(text[:k], k, None))]
+    return [json.loads(e[len("data: "):])["choices"][0] for e in events + stream.events(final)]
+
+
+def test_forced_calls_stream_their_name_then_their_arguments_as_written():
+    """A grammar-forced call goes out once its name is written, then its arguments piece by piece; the pieces add up
+    to the whole response's arguments, and a call cut by max_tokens is a call with the arguments written so far."""
+    text = CALL + "\n" + CALL.replace("Paris", "Oslo")
+    final = Snapshot(text, 40, "stop")
+    whole = response("chat", "r", "m", [_forced()], [final])["choices"][0]["message"]["tool_calls"]
+    chunks = _stream(_forced(), text, final)
+    pieces = [t for c in chunks for t in c["delta"].get("tool_calls", [])]
+    for k, call in enumerate(whole):
+        mine = [t for t in pieces if t["index"] == k]
+        assert mine[0]["function"]["name"] == "get_weather" and mine[0]["id"].startswith("call_")
+        assert all("id" not in t and "name" not in t["function"] for t in mine[1:])
+        assert len(mine) > 3 and "".join(t["function"]["arguments"] for t in mine) == call["function"]["arguments"]
+    assert chunks[-1]["finish_reason"] == "tool_calls"
+    first_piece = next(i for i, c in enumerate(chunks) if c["delta"].get("tool_calls"))
+    assert first_piece < len(chunks) / 4  # the first call started long before its block closed
+    unforced = [t for c in _stream(_choice(True), text, final) for t in c["delta"].get("tool_calls", [])]
+    assert [t["index"] for t in unforced] == [0, 1]  # without the grammar: each call whole once its block closes
+    cut = CALL[:CALL.index("Paris") + 3]
+    message = response("chat", "r", "m", [_forced()], [Snapshot(cut, 20, "length")])["choices"][0]
+    assert message["finish_reason"] == "length" and message["message"]["content"] is None
+    assert [c["function"]["arguments"] for c in message["message"]["tool_calls"]] == ['{"city": "Par']
+    chunks = _stream(_forced(), cut, Snapshot(cut, 20, "length"), step=1)
+    assert "".join(t["function"]["arguments"] for c in chunks for t in c["delta"].get("tool_calls", [])) == \
+        '{"city": "Par'
+    assert chunks[-1]["finish_reason"] == "length" and not any(c["delta"].get("content") for c in chunks)

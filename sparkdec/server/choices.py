@@ -34,6 +34,12 @@ class Choice:
             return "", text
         return reasoning.split((reasoning.OPEN if self.thinking_open else "") + text, final)
 
+    @property
+    def forced_calls(self) -> bool:
+        """A grammar holds its output to tool calls (tool_choice required or named): each call streams as it is
+        written, its name first, then its arguments piece by piece (the grammar keeps them whole JSON)."""
+        return self.tools and self.params.guided is not None and self.params.guided.tool_calls is not None
+
     def logprobs_of(self, entries) -> dict | None:
         return self.logprobs.format(entries) if self.logprobs is not None and entries is not None else None
 
@@ -80,7 +86,7 @@ def _echo_text(engine, prompt) -> str:
 def chat_message(c: Choice, text: str) -> tuple[dict, list[dict]]:
     """-> (the assistant message of a finished chat choice, its tool calls)."""
     thought, text = c.thought_and_text(text, final=True)
-    content, calls = tools.parse(text) if c.tools else (text, [])
+    content, calls = tools.parse(text, unfinished=c.forced_calls) if c.tools else (text, [])
     message = {"role": "assistant", "content": content}
     if c.reasoning:
         message["reasoning_content"] = thought or None

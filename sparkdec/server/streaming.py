@@ -51,12 +51,13 @@ async def snapshots(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Sn
 
 class _ChoiceStream:
     """The events of one choice, from its successive snapshots: text as it becomes stable, each token's
-    log-probabilities once, the echoed prompt first, each tool call whole once its block is closed."""
+    log-probabilities once, the echoed prompt first, each tool call once its block is closed (or, for calls a
+    grammar forces, its name once written and then its arguments as they are written)."""
 
     def __init__(self, choice, rid: str, model: str, chat: bool):
         self.c, self.rid, self.model, self.chat = choice, rid, model, chat
         self.shown = self.scored = self.tokens = self.thought = 0  # characters of content / reasoning shown
-        self.calls = 0  # tool calls sent
+        self.calls: list[int] = []  # characters of each tool call's arguments sent (its name and id go first)
         self.echoed = not choice.echo
 
     def chunk(self, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
@@ -80,27 +81,41 @@ class _ChoiceStream:
             out.append(self.chunk(text[self.shown:], logprobs=self.c.logprobs_of(new_scores)))
             self.shown, self.scored = len(text), self.scored + len(new_scores)
         self.tokens = snap.num_tokens
-        if len(calls) > self.calls:  # each call once (the same blocks parse to the same calls, in order)
-            delta = {"tool_calls": [{"index": k, **call} for k, call in enumerate(calls) if k >= self.calls]}
-            out.append(sse(P.chat_chunk(self.rid, self.model, delta, None, self.c.index)))
-            self.calls = len(calls)
+        pieces = self._call_pieces(calls)
+        if pieces:
+            out.append(sse(P.chat_chunk(self.rid, self.model, {"tool_calls": pieces}, None, self.c.index)))
         if finish is not None:
             out.append(self.chunk("", finish, speculative=snap.spec))
         return out
 
-    def _parts(self, snap: Snapshot) -> tuple[str, str, list[dict], str | None]:
-        """(reasoning, content, tool calls, finish reason) of the output so far, as much as a stream may show."""
+    def _call_pieces(self, calls: list[tuple[str, str]]) -> list[dict]:
+        """The tool_calls deltas not sent yet: a new call's id, name and arguments so far; a call's arguments since
+        the last piece (the same blocks give the same calls, in order, their arguments only growing)."""
+        pieces = []
+        for k, (name, args) in enumerate(calls):
+            if k == len(self.calls):
+                pieces.append({"index": k, **tools.openai_call(name, args)})
+                self.calls.append(len(args))
+            elif len(args) > self.calls[k]:
+                pieces.append({"index": k, "function": {"arguments": args[self.calls[k]:]}})
+                self.calls[k] = len(args)
+        return pieces
+
+    def _parts(self, snap: Snapshot) -> tuple[str, str, list[tuple[str, str]], str | None]:
+        """(reasoning, content, tool calls (name, arguments), finish reason) of the output so far, as much as a
+        stream may show."""
         if snap.finish_reason is None:
             text = stable_prefix(snap.text, self.c.params.stop)
             thought, text = self.c.thought_and_text(text, final=False)
             if not self.c.tools:
                 return thought, text, [], None
-            return thought, tools.streamable(text), tools.complete_calls(text), None
+            return thought, tools.streamable(text), tools.running_calls(text, self.c.forced_calls), None
         if not (self.c.tools or self.c.reasoning):
             return "", snap.text, [], snap.finish_reason
         message, calls = chat_message(self.c, snap.text)
         finish = "tool_calls" if calls and snap.finish_reason == "stop" else snap.finish_reason
-        return message.get("reasoning_content") or "", message["content"] or "", calls, finish
+        named = [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+        return message.get("reasoning_content") or "", message["content"] or "", named, finish
 
 
 async def stream_events(choices: list, rid: str, model: str, kind: str, include_usage: bool) -> AsyncIterator[str]:
