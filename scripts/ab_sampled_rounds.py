@@ -14,7 +14,7 @@ import torch
 
 from sparkdec import LLM, SamplingParams
 from sparkdec.bench import provenance
-from sparkdec.bench.kernels import make_engine, sampled_rounds
+from sparkdec.bench.kernels import SAMPLED, make_engine, spec_rounds
 from sparkdec.bench.shapes import random_models
 from sparkdec.engine.llm_engine import DEFAULT_PAIR
 from sparkdec.spec import coupling
@@ -35,7 +35,7 @@ def shape_runs(ctx: int = 1024) -> dict:
     runs = {}
     for name in list(VARIANTS) + ["argmax_per_row#2", "coupled_device#2"]:
         set_variant(name.split("#")[0])
-        r = sampled_rounds(spec, ctx)
+        r = spec_rounds(spec, ctx, SAMPLED, "sampled")
         r["ms_per_token"] = r["spec_sampled_ms_per_round"] / r["spec_sampled_tokens_per_round"]
         runs[name] = r
         print("qwen3-4b", name, r, flush=True)

@@ -69,6 +69,9 @@ def make_engine(models, ctx: int, spec: bool) -> Engine:
 
 
 SAMPLED = dict(temperature=0.8, top_p=0.95, seed=7)  # the bench's sampled requests
+# the bench's processed requests (greedy, penalties.py): each round's rows processed after the readback, then a
+# second device->host read (spec/processed.py); no step ahead, no chained propose
+PROCESSED = dict(temperature=0.0, repetition_penalty=1.1, presence_penalty=0.3)
 # decode steps timed per plain request (greedy, sampled). Until session 24 the timed steps were the first of a longer
 # request, so one more forward (queued ahead, its token past the window) was counted: about 1/128 of the figure
 DECODE_TOKENS, SAMPLED_TOKENS = 128, 64
@@ -217,16 +220,18 @@ def simulated_rounds(models, ctx: int, new_tokens: int) -> dict:
     return out
 
 
-def sampled_rounds(engine: Engine, ctx: int) -> dict:
-    """Speculative rounds of a seeded sampled request, the round's cost with sampled verify rows: ms per round and
-    tokens per round. (Random weights: argmax drafts are rarely accepted; coupled drafts sometimes are, because
-    nearly flat distributions that share the race noise pick the same token: no measure of a trained drafter.)"""
-    seq = prefill(engine, ctx, 100, seed=4, sampling=SAMPLED)
+def spec_rounds(engine: Engine, ctx: int, sampling: dict, kind: str) -> dict:
+    """Speculative rounds of a request with these sampling settings (kind: sampled, processed), the round's cost
+    with such verify rows: ms per round and tokens per round. (Random weights: argmax drafts are rarely accepted;
+    coupled drafts sometimes are, because nearly flat distributions that share the race noise pick the same token:
+    no measure of a trained drafter.)"""
+    seq = prefill(engine, ctx, 100, seed=4, sampling=sampling)
     steps0, n0 = engine.rounds.timing["steps"], len(seq.output_ids)
     ms = decode_ms(engine, seq, 48)
     rounds = engine.rounds.timing["steps"] - steps0
     tokens = len(seq.output_ids) - n0
-    return {"spec_sampled_ms_per_round": ms * tokens / rounds, "spec_sampled_tokens_per_round": tokens / rounds}
+    engine.abort(seq.request_id)
+    return {f"spec_{kind}_ms_per_round": ms * tokens / rounds, f"spec_{kind}_tokens_per_round": tokens / rounds}
 
 
 def device_anatomy(events: list) -> dict:
@@ -307,13 +312,15 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     replay = decode_replays_ms(plain, seq, first)
     plain.abort(seq.request_id)  # NOTE: batch 1: the sampled request decodes alone
     sampled = request_ms(plain, ctx, SAMPLED_TOKENS, seed=3, sampling=SAMPLED)
+    processed = request_ms(plain, ctx, SAMPLED_TOKENS, seed=3, sampling=PROCESSED)
     res = {"prefill_ttft_ms": ttft, "prefill_tokens_per_s": ctx / ttft * 1e3, "decode_graph_replay_ms": replay,
            "decode_graph_replay_at_end_ms": replay_end, "host_ms_per_decode_step": dec - replay if replay else None,
            "shape": shape, "ctx": ctx, "max_model_len": plain.max_model_len,
            "cuda_graphs": plain.runner.graphs is not None, "weight_bytes": weights, "kv_bytes": kv_bytes,
            "plain_decode_ms": dec, "plain_tokens_per_s": 1e3 / dec,
            "plain_decode_requests_ms": warm, "plain_decode_first_request_ms": cold,
-           "plain_sampled_decode_ms": sampled, "sampling": SAMPLED}
+           "plain_sampled_decode_ms": sampled, "sampling": SAMPLED,
+           "plain_processed_decode_ms": processed, "processing": PROCESSED}
     spec = make_engine(models, ctx, spec=True)
     sseq = prefill(spec, ctx, 64)
     vt = verify_times(spec, sseq)
@@ -325,7 +332,7 @@ def bench_shape(shape: str, ctx: int, bw: float, with_peer: bool, with_sim: bool
     # propose_device_ms: its graph on the device alone (the host part is in the round anatomy's outside time)
     res.update(verify_ms=vt, verify_fit_a_ms=a, verify_fit_b_ms=b, verify8_over_verify1=vt[8] / vt[1],
                propose_ms=prop, propose_floor_bytes=propose_floor_bytes(spec, ctx), propose_device_ms=prop_dev,
-               **sampled_rounds(spec, ctx))
+               **spec_rounds(spec, ctx, SAMPLED, "sampled"), **spec_rounds(spec, ctx, PROCESSED, "processed"))
     apply_floors(res, bw)
     del plain, spec
     gc.collect()
@@ -359,7 +366,9 @@ def main(shapes=("qwen3-4b",), contexts=(1024,), peer=True, simulate=True, on_ru
                   f"{r['floor_ms']:.2f} ms), verify(1) {r['verify_ms'][1]:.2f} verify(8) {r['verify_ms'][8]:.2f} ms, "
                   f"propose {r['propose_ms']:.2f} ms (device {r['propose_device_ms'] or 0:.2f}, floor "
                   f"{r['propose_floor_ms']:.2f}), sampled: plain "
-                  f"{r['plain_sampled_decode_ms']:.2f} ms/token, spec {r['spec_sampled_ms_per_round']:.2f} ms/round",
+                  f"{r['plain_sampled_decode_ms']:.2f} ms/token, spec {r['spec_sampled_ms_per_round']:.2f} ms/round, "
+                  f"processed: plain {r['plain_processed_decode_ms']:.2f} ms/token, spec "
+                  f"{r['spec_processed_ms_per_round']:.2f} ms/round",
                   flush=True)
     # a lower reading at one end (seen: 4.14 TB/s at a run's start, 4.24 in the next process on the same machine)
     # would flatter every fraction of the floor
