@@ -56,6 +56,10 @@
 # --python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64`: the
 # device lacks pydantic). It ran late in session 41: all its tests passed (gpu_tests_h200_2026-12-05_session41.json),
 # its A/Bs and the 4B bench at 1k (80.3% of the floor) are in benchmarks/results/*_2026-12-05*.
+# Session 42 ran 58 (the combine at 2 warps: equal; 32 splits a chunk: 1k -0.7%, 8k -1.4%, shipped as
+# triton_attention.CHUNK = 32; comb_w2_ab_*_session42.json), 29 GPU tests touching attention at CHUNK 32 (all passed;
+# gpu_tests_*_session42.json) and the 4B bench at 1k/8k (80% / 69%; kernels_*_session42.json). Next: 60 (the bench
+# with its new processed-request figures), then 1 and 25 (the whole suite at this code).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
@@ -324,6 +328,10 @@ elif [ "$1" = 59 ]; then  # (sessions 40-41) the serving features' GPU tests wit
   timeout 150 python scripts/ab_prefix_cache.py $OUT/prefix_cache_ab_h200_tiny.json cuda 2>&1 | tail -3
   timeout 120 python scripts/ab_guided_drafts.py $OUT/guided_drafts_ab_h200_tiny.json cuda 2>&1 | tail -4
   timeout 120 python scripts/ab_guided_drafts.py $OUT/processed_drafts_ab_h200_tiny.json cuda processed 2>&1 | tail -5
+elif [ "$1" = 60 ]; then  # (staged in session 42) the 4B bench at 1k with processed requests' cost (plain ms/token
+  # and spec ms/round with repetition + presence penalties, bench/kernels.PROCESSED)
+  timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \
+    --out $OUT/kernels_processed.json 2>&1 | grep -E "^qwen3|copy"
 elif [ "$1" = 8 ]; then
   timeout 300 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024,8192 --no-peer \
     --out $OUT/kernels_8b.json 2>&1 | grep "^qwen3"
