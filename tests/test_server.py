@@ -440,6 +440,41 @@ def test_tokenize_and_detokenize(server, pair):
         assert resp.status_code == status and words in _error_of(resp)["message"], resp.text
 
 
+def test_api_key_and_chat_template_options(pair, tmp_path):
+    """--api-key: every route but /health and /metrics wants the key (401 in OpenAI's shape without it);
+    --chat-template: a template file replaces the tokenizer's, for generation and /tokenize alike."""
+    template = tmp_path / "template.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ")
+    srv = Server(pair, tmp_path / "server.log", "--api-key", "sekret-1", "--chat-template", str(template))
+    try:
+        assert httpx.get(srv.url + "/health", timeout=10).status_code == 200
+        assert httpx.get(srv.url + "/metrics", timeout=10).status_code == 200
+        for headers, words in (({}, "no API key was sent"), ({"Authorization": "Bearer nope"}, "not this server's")):
+            resp = httpx.get(srv.url + "/v1/models", headers=headers, timeout=10)
+            assert resp.status_code == 401 and words in _error_of(resp)["message"]
+            assert _error_of(resp)["code"] == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            srv.client().models.list()
+        client = srv.client(default_headers={"Authorization": "Bearer sekret-1"})
+        assert [m.id for m in client.models.list().data] == [MODEL]
+        messages = [{"role": "user", "content": "hi"}]
+        resp = httpx.post(srv.url + "/tokenize", json={"messages": messages},
+                          headers={"Authorization": "Bearer sekret-1"}, timeout=30)
+        from sparkdec.tokenizer import Tokenizer
+
+        assert resp.json()["tokens"] == Tokenizer(pair[0]).encode("[user] hi\n[assistant] ")
+        out = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, **GREEDY)
+        alone = client.completions.create(model=MODEL, prompt="[user] hi\n[assistant] ", max_tokens=4, **GREEDY)
+        assert out.choices[0].message.content == alone.choices[0].text  # the chat rendered with the new template
+    finally:
+        srv.stop()
+    from sparkdec.server.serve import chat_template
+
+    assert chat_template("{{ messages[0].content }}") == "{{ messages[0].content }}"  # a template given inline
+    with pytest.raises(SystemExit, match="neither a file nor a Jinja template"):
+        chat_template(str(tmp_path / "missing.jinja"))
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]

@@ -16,6 +16,7 @@ from sparkdec.errors import PromptTooLongError, SparkdecError
 from sparkdec.server import protocol as P
 from sparkdec.server import tokenize as T
 from sparkdec.server import choices as C
+from sparkdec.server.auth import require_key
 from sparkdec.server.engine_loop import EngineLoop
 from sparkdec.server.metrics import Metrics
 from sparkdec.server.streaming import stream_events, wait_finals
@@ -30,9 +31,10 @@ class ServerState:
 
 
 def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str, ...] = (),
-               reasoning_parser: str | None = None) -> FastAPI:
+               reasoning_parser: str | None = None, api_key: str | None = None) -> FastAPI:
     """One app per engine. Requests beyond max_num_seqs running + max_queue waiting get 503. reasoning_parser:
-    "qwen3" returns chat thinking as reasoning_content (server/reasoning.py)."""
+    "qwen3" returns chat thinking as reasoning_content (server/reasoning.py). api_key: required on every route but
+    /health and /metrics (server/auth.py)."""
     metrics = Metrics(engine)
     loop = EngineLoop(engine, metrics)
     state = ServerState(max_inflight=engine.config.max_num_seqs + max_queue, reasoning=reasoning_parser is not None)
@@ -47,6 +49,8 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
     app = FastAPI(title="sparkdec", lifespan=lifespan)
     app.state.engine, app.state.loop, app.state.metrics, app.state.server = engine, loop, metrics, state
     _install_error_handlers(app)
+    if api_key:
+        require_key(app, api_key)
 
     @app.get("/health")
     async def health():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 import uvicorn
@@ -21,6 +22,22 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--reasoning-parser", choices=["qwen3"],
                    help="return a chat's <think>...</think> as the message's reasoning_content")
+    p.add_argument("--api-key", default=os.environ.get("SPARKDEC_API_KEY"),
+                   help="require `Authorization: Bearer KEY` on every route but /health and /metrics "
+                        "(default: $SPARKDEC_API_KEY; none: open)")
+    p.add_argument("--chat-template", help="a Jinja chat template (a file, or the template itself) that replaces "
+                                           "the one in the model's tokenizer_config.json")
+
+
+def chat_template(value: str) -> str:
+    """--chat-template's template: a file's text, or the value itself when it is a template."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text()
+    if "{{" in value or "{%" in value:
+        return value
+    raise SystemExit(f"sparkdec serve: --chat-template {value!r} is neither a file nor a Jinja template; "
+                     "pass the template file's path")
 
 
 def served_name(args: argparse.Namespace) -> str:
@@ -35,10 +52,18 @@ def run_serve(args: argparse.Namespace, engine_kwargs) -> int:
 
     if args.max_queue < 0:
         raise SystemExit("sparkdec serve: --max-queue must be >= 0")
+    template = chat_template(args.chat_template) if args.chat_template else None
+    if args.api_key is not None and not args.api_key.strip():
+        raise SystemExit("sparkdec serve: --api-key is empty; pass a key, or leave it out to serve without one")
     engine = Engine(EngineConfig(**engine_kwargs(args)))
+    if template is not None:
+        if engine.tokenizer is None:
+            raise SystemExit("sparkdec serve: --chat-template needs the model's tokenizer.json, which it lacks")
+        engine.tokenizer.chat_template = template
     name = served_name(args)
     aliases = (args.model,) if args.model else ()
-    app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases, reasoning_parser=args.reasoning_parser)
+    app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases, reasoning_parser=args.reasoning_parser,
+                     api_key=args.api_key)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     spec = "speculative" if engine.drafter is not None and engine.config.speculative else "plain"
     log.info("serving %s (%s decoding, %d KV pages of %d tokens, max model len %d)", name, spec,
