@@ -206,3 +206,32 @@ def test_forced_calls_stream_their_name_then_their_arguments_as_written():
     assert "".join(t["function"]["arguments"] for c in chunks for t in c["delta"].get("tool_calls", [])) == \
         '{"city": "Par'
     assert chunks[-1]["finish_reason"] == "length" and not any(c["delta"].get("content") for c in chunks)
+
+
+def test_a_closing_tag_inside_a_string_and_calls_cut_by_a_stop():
+    """A call's JSON is read whole before its closing tag (a tag inside a string does not end it), streamed and not;
+    a forced call cut by a stop string keeps the engine's finish reason, not tool_calls; the arguments are those
+    JSON reads ("arguments" before "parameters", the last duplicate)."""
+    text = ('<tool_call>\n{"name": "write", "arguments": {"s": "a</tool_call>b"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "get_weather", "arguments": {"b": 2}}\n</tool_call>')
+    for choice in (_forced(), _choice(True)):
+        final = Snapshot(text, 40, "stop")
+        body = response("chat", "r", "m", [choice], [final])["choices"][0]
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in body["message"]["tool_calls"]]
+        assert calls == [("write", '{"s": "a</tool_call>b"}'), ("get_weather", '{"b": 2}')]
+        assert body["message"]["content"] is None and body["finish_reason"] == "tool_calls"
+        chunks = _stream(choice, text, final, step=1)
+        joined = {}
+        for t in (t for c in chunks for t in c["delta"].get("tool_calls", [])):
+            joined.setdefault(t["index"], [t["function"].get("name"), ""])[1] += t["function"]["arguments"]
+        assert [tuple(joined[k]) for k in sorted(joined)] == calls
+        assert not any(c["delta"].get("content") for c in chunks)
+    cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "'  # stop=["Oslo"] ended it here
+    body = response("chat", "r", "m", [_forced()], [Snapshot(cut, 12, "stop")])["choices"][0]
+    assert body["finish_reason"] == "stop" and body["message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "'
+    assert response("chat", "r", "m", [_choice(True)], [Snapshot(cut, 12, "stop")])["choices"][0]["message"] == {
+        "role": "assistant", "content": cut}  # unforced: an unfinished block is content
+    for body, args in (('{"name": "f", "arguments": {"a": 1}, "parameters": {"b": 2}}', '{"a": 1}'),
+                       ('{"name": "f", "arguments": {"a": 1}, "arguments": [1]}', "[1]"),
+                       ('{"name": "f", "parameters": {"b": 2}, "arguments": null}', "null")):
+        assert tools.parse(tools.OPEN + body + tools.CLOSE)[1][0]["function"]["arguments"] == args, body

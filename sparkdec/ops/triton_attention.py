@@ -93,7 +93,7 @@ GLUON_STORE_DIRECT = True
 # (warp1_ab_h200_2026-12-02_session31.json; code in 0a9fa9a).
 COMBINE_UNROLL = True  # the combine's chunk loops unrolled (same bits; its loads can all be issued at once): 4B decode
 # replay 2.855 -> 2.840 ms at 1k, 3.465 -> 3.401 at 8k (attention_combine_unroll_ab_h200_2026-11-30.json)
-# ... its first COMBINE_STATIC_CHUNKS chunks (16 splits each); the rest loop, stopping at the row's own splits.
+# ... its first COMBINE_STATIC_CHUNKS chunks (CHUNK splits each: 16 until session 42, then 32); the rest loop, stopping at the row's own splits.
 # Unrolling every chunk of a grid sized for Qwen3's own 40k window (the engine's default) made 4B decode 4.06
 # ms/token at 1k and 4.58 at 8k, verify(8) 5.3 / 6.0 ms (2.76 / 3.43 with a window of ctx + 1024); 2 chunks: 2.85 /
 # 3.44, 2.90 / 3.67 (0, 1, 4, 8: slower), and unchanged with the small window

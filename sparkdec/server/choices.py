@@ -83,16 +83,18 @@ def _echo_text(engine, prompt) -> str:
     return engine.tokenizer.decode(prompt, skip_special_tokens=False)
 
 
-def chat_message(c: Choice, text: str) -> tuple[dict, list[dict]]:
-    """-> (the assistant message of a finished chat choice, its tool calls)."""
+def chat_message(c: Choice, text: str, reason: str) -> tuple[dict, list[dict], str]:
+    """-> (the assistant message of a finished chat choice, its tool calls, its finish reason: "tool_calls" for
+    calls that ended the output whole, else the engine's reason; a forced call cut short keeps the engine's)."""
     thought, text = c.thought_and_text(text, final=True)
-    content, calls = tools.parse(text, unfinished=c.forced_calls) if c.tools else (text, [])
+    content, calls = tools.parse(text, forced=c.forced_calls) if c.tools else (text, [])
     message = {"role": "assistant", "content": content}
     if c.reasoning:
         message["reasoning_content"] = thought or None
     if calls:
         message["tool_calls"] = calls
-    return message, calls
+    cut = c.forced_calls and tools.ends_inside_call(text, True)
+    return message, calls, "tool_calls" if calls and reason == "stop" and not cut else reason
 
 
 def prompt_tokens(choices: list[Choice]) -> int:
@@ -141,8 +143,7 @@ def response(kind: str, rid: str, model: str, choices: list[Choice], snaps: list
         if kind == "completions":
             bodies.append(P.completion_choice(c.index, c.echo + s.text, s.finish_reason, s.spec, scores))
         else:
-            message, calls = chat_message(c, s.text)
-            finish = "tool_calls" if calls and s.finish_reason == "stop" else s.finish_reason
+            message, _, finish = chat_message(c, s.text, s.finish_reason)
             bodies.append(P.chat_choice(c.index, message, finish, s.spec, scores))
     use = P.usage(prompt_tokens(choices), sum(s.num_tokens for s in snaps))
     return P.response_body(kind, rid, model, bodies, use, merged_spec(snaps))

@@ -57,7 +57,7 @@ class _ChoiceStream:
     def __init__(self, choice, rid: str, model: str, chat: bool):
         self.c, self.rid, self.model, self.chat = choice, rid, model, chat
         self.shown = self.scored = self.tokens = self.thought = 0  # characters of content / reasoning shown
-        self.calls: list[int] = []  # characters of each tool call's arguments sent (its name and id go first)
+        self.calls: list[tuple[str, str]] = []  # each tool call's name and the arguments sent (name and id go first)
         self.echoed = not choice.echo
 
     def chunk(self, piece: str | None, finish: str | None = None, logprobs: dict | None = None, **extra) -> str:
@@ -90,15 +90,16 @@ class _ChoiceStream:
 
     def _call_pieces(self, calls: list[tuple[str, str]]) -> list[dict]:
         """The tool_calls deltas not sent yet: a new call's id, name and arguments so far; a call's arguments since
-        the last piece (the same blocks give the same calls, in order, their arguments only growing)."""
+        the last piece. (Sent pieces cannot be taken back: a call that stops extending what was sent of it, which
+        the blocks' parsing rules out, sends nothing more.)"""
         pieces = []
         for k, (name, args) in enumerate(calls):
             if k == len(self.calls):
                 pieces.append({"index": k, **tools.openai_call(name, args)})
-                self.calls.append(len(args))
-            elif len(args) > self.calls[k]:
-                pieces.append({"index": k, "function": {"arguments": args[self.calls[k]:]}})
-                self.calls[k] = len(args)
+                self.calls.append((name, args))
+            elif self.calls[k][0] == name and len(args) > len(self.calls[k][1]) and args.startswith(self.calls[k][1]):
+                pieces.append({"index": k, "function": {"arguments": args[len(self.calls[k][1]):]}})
+                self.calls[k] = (name, args)
         return pieces
 
     def _parts(self, snap: Snapshot) -> tuple[str, str, list[tuple[str, str]], str | None]:
@@ -112,8 +113,7 @@ class _ChoiceStream:
             return thought, tools.streamable(text), tools.running_calls(text, self.c.forced_calls), None
         if not (self.c.tools or self.c.reasoning):
             return "", snap.text, [], snap.finish_reason
-        message, calls = chat_message(self.c, snap.text)
-        finish = "tool_calls" if calls and snap.finish_reason == "stop" else snap.finish_reason
+        message, calls, finish = chat_message(self.c, snap.text, snap.finish_reason)
         named = [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
         return message.get("reasoning_content") or "", message["content"] or "", named, finish
 

@@ -4,39 +4,80 @@ arguments the text the model wrote for them (so a stream's argument pieces add u
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from json.decoder import scanstring
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
+_DECODER = json.JSONDecoder()
 
 
-def parse(text: str, unfinished: bool = False) -> tuple[str | None, list[dict]]:
+def parse(text: str, forced: bool = False) -> tuple[str | None, list[dict]]:
     """-> (content outside the calls, or None when nothing but calls; the calls in OpenAI's shape). A block that is
-    not a JSON object with a name stays in the content as written (nothing the model wrote is dropped). unfinished:
-    a last block the output ended inside (cut by max_tokens) is a call too, with the arguments written so far, once
-    its name is whole (for outputs a grammar holds to calls, which stream their arguments as written)."""
+    not a JSON object with a name stays in the content as written (nothing the model wrote is dropped). forced: the
+    output is held to calls by a grammar (its JSON is valid as far as it goes), and a last block the output ended
+    inside (cut by max_tokens or a stop string) is a call too, with the arguments written so far, once its name is
+    whole: what a stream of such calls has sent."""
     calls, kept, at = [], [], 0
-    for m in _CALL.finditer(text):
-        call = _call_of(m.group(1))
+    for start, end, body in _blocks(text, forced):
+        if end is None and not forced:
+            break
+        call = _call_of(body) if end is not None else _written(body)
         if call is None:
             continue
-        kept.append(text[at:m.start()])
+        kept.append(text[at:start])
         calls.append(call)
-        at = m.end()
-    cut = _unclosed(text)
-    name, args, _ = written_call(text[cut + len(OPEN):]) if unfinished and cut >= at else (None, "", False)
-    if name is not None:
-        kept.append(text[at:cut])
-        calls.append(openai_call(name, args))
-        at = len(text)
+        at = len(text) if end is None else end
     kept.append(text[at:])
     content = "".join(kept)
     return (None if calls and not content.strip() else content), calls
 
 
+def running_calls(text: str, forced: bool) -> list[tuple[str, str]]:
+    """(name, arguments so far) of a running text's calls: those whose blocks are closed, and when forced the one
+    being written once its name is whole, its arguments as far as they are written (a stream sends what it has
+    not sent yet)."""
+    return [(c["function"]["name"], c["function"]["arguments"]) for c in parse(text, forced)[1]]
+
+
+def ends_inside_call(text: str, forced: bool) -> bool:
+    """Does the text end inside a call's block (an output cut there: its last call is not whole)?"""
+    blocks = list(_blocks(text, forced))
+    return bool(blocks) and blocks[-1][1] is None
+
+
+def _blocks(text: str, forced: bool):
+    """(start, end, body) of each `<tool_call>` block, in order: end just after its closing tag, or None for the block
+    the text ends inside (its body then runs to the end). A block's JSON is read whole before its closing tag is
+    looked for, so the tag written inside one of its strings does not end it; a block whose JSON does not read ends
+    at the next closing tag, unless forced (a grammar's JSON that does not read yet is unfinished)."""
+    i = 0
+    while (start := text.find(OPEN, i)) >= 0:
+        j = start + len(OPEN)
+        close = _json_end(text, j)
+        if close is not None and text.startswith(CLOSE, close):
+            end = close + len(CLOSE)
+        elif (close is None and forced) or (close is not None and CLOSE.startswith(text[close:])):
+            end = None  # the JSON or the closing tag is still being written
+        else:  # not one JSON value, then the tag: the block ends at the next tag
+            tag = text.find(CLOSE, j if close is None else close)
+            end = None if tag < 0 else tag + len(CLOSE)
+        if end is None:
+            yield start, None, text[j:]
+            return
+        yield start, end, text[j:end - len(CLOSE)]
+        i = end
+
+
+def _json_end(text: str, j: int) -> int | None:
+    """Where the spaces after the JSON value at text[j:] (spaces first) end; None when no whole value reads there."""
+    try:
+        return _space(text, _DECODER.raw_decode(text, _space(text, j))[1])
+    except ValueError:
+        return None
+
+
 def _call_of(body: str) -> dict | None:
+    """A closed block's call (its arguments the text the model wrote, when they are an object), or None."""
     try:
         obj = json.loads(body)
     except json.JSONDecodeError:
@@ -46,8 +87,14 @@ def _call_of(body: str) -> dict | None:
     args = obj.get("arguments", obj.get("parameters", {}))
     if not isinstance(args, str):
         _, written, whole = written_call(body)
-        args = written if whole else json.dumps(args)  # (the text as written: its JSON with the model's spacing)
+        args = written if whole and json.loads(written) == args else json.dumps(args)
     return openai_call(obj["name"], args)
+
+
+def _written(body: str) -> dict | None:
+    """An unfinished block's call, once its name is whole."""
+    name, args, _ = written_call(body)
+    return openai_call(name, args) if name is not None else None
 
 
 def openai_call(name: str, arguments: str) -> dict:
@@ -55,45 +102,25 @@ def openai_call(name: str, arguments: str) -> dict:
             "function": {"name": name, "arguments": arguments}}
 
 
-def running_calls(text: str, unfinished: bool) -> list[tuple[str, str]]:
-    """(name, arguments so far) of a running text's calls: those whose blocks are closed, and with unfinished the
-    one being written once its name is whole, its arguments as far as they are written (an object's text; a
-    stream sends what it has not sent yet)."""
-    end = text.rfind(CLOSE)
-    closed = parse(text[:end + len(CLOSE)])[1] if end >= 0 else []
-    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in closed]
-    cut = _unclosed(text)
-    if unfinished and cut >= 0:
-        name, args, _ = written_call(text[cut + len(OPEN):])
-        if name is not None:
-            calls.append((name, args))
-    return calls
-
-
-def _unclosed(text: str) -> int:
-    """Where the block the text ends inside opens; -1 when it ends inside none."""
-    cut = text.rfind(OPEN)
-    return cut if cut > text.rfind(CLOSE) else -1
-
-
 def written_call(body: str) -> tuple[str | None, str, bool]:
     """(name, the arguments' text as written so far, whether they are whole) of a call's JSON body, whole or being
-    written: the name once its string is closed; the arguments' text only while they are an object (a string
-    value goes out whole, decoded, by _call_of)."""
-    name, args, whole = None, "", False
+    written: the name once its string is closed; the arguments' text ("arguments", else "parameters", the last
+    such member as JSON reads it) only while they are an object (any other value goes out whole, by _call_of)."""
+    name, values = None, {}
     for key, start, end in _members(body):
         if key == "name" and end is not None:
             value = json.loads(body[start:end])
             name = value if isinstance(value, str) else None
-        elif key in ("arguments", "parameters") and body[start:start + 1] == "{":
-            args, whole = body[start:end], end is not None
+        elif key in ("arguments", "parameters"):
+            values[key] = (body[start:end], end is not None) if body[start:start + 1] == "{" else ("", False)
+    args, whole = values.get("arguments", values.get("parameters", ("", False)))
     return name, args, whole
 
 
 def _members(body: str) -> list[tuple[str, int, int | None]]:
     """(key, start of its value, end of its value or None while it is unfinished) of the members of the JSON
     object that body begins, as far as body has them; the last may be unfinished."""
-    decoder, out = json.JSONDecoder(), []
+    out = []
     i = _space(body, 0)
     if body[i:i + 1] != "{":
         return out
@@ -111,7 +138,7 @@ def _members(body: str) -> list[tuple[str, int, int | None]]:
             return out
         start = _space(body, i + 1)
         try:
-            _, end = decoder.raw_decode(body, start)
+            _, end = _DECODER.raw_decode(body, start)
         except ValueError:
             return out + [(key, start, None)]
         out.append((key, start, end))
