@@ -17,7 +17,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-tokens", type=int, help="KV cache capacity in tokens")
+    p.add_argument("--kv-cache-memory-fraction", type=float, default=0.5,
+                   help="without --kv-cache-tokens, the share of the GPU's free memory (after the weights) the KV "
+                        "cache takes (default 0.5)")
     p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=1024,
+                   help="tokens one step computes at most: prompt chunks and decode rows (default 1024; raised to "
+                        "fit every running sequence's verify rows)")
     p.add_argument("--no-prefix-caching", action="store_true",
                    help="compute every prompt in full (by default a prompt's full pages stay cached for later prompts)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
@@ -33,8 +39,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(model=args.model, draft=None if args.no_spec and args.model else args.draft,
                 device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
-                kv_cache_tokens=args.kv_cache_tokens, max_num_seqs=args.max_num_seqs, verify_len=args.verify_len,
-                min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept,
+                kv_cache_tokens=args.kv_cache_tokens, kv_cache_memory_fraction=args.kv_cache_memory_fraction,
+                max_num_seqs=args.max_num_seqs, max_batched_tokens=args.max_num_batched_tokens,
+                verify_len=args.verify_len, min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept,
                 speculative=not args.no_spec, threads=args.threads, prefix_caching=not args.no_prefix_caching)
 
 

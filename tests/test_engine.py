@@ -6,7 +6,7 @@ import pytest
 from helpers import staggered as run_staggered
 from sparkdec import LLM, SamplingParams
 from sparkdec.errors import (CheckpointError, InvalidPromptError, InvalidSamplingParamsError, ModelNotFoundError,
-                             PromptTooLongError, UnsupportedArchitectureError)
+                             PromptTooLongError, SparkdecError, UnsupportedArchitectureError)
 
 MIXED = [[1, 2, 3], [5] * 30, list(range(10, 60)), [7, 8], list(range(100, 111)), [42] * 5, [9, 3, 9, 3, 9], list(range(200, 290))]
 
@@ -120,6 +120,22 @@ def test_bad_paths_and_formats(tmp_path, targets):
     (missing / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": cfg["num_hidden_layers"] + 1}))
     with pytest.raises(CheckpointError, match="missing tensors: \\['model.layers.3"):
         LLM(model=str(missing))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_num_seqs=0), "max_num_seqs must be an integer >= 1, got 0 \\(--max-num-seqs"),
+    (dict(max_batched_tokens=-4), "--max-num-batched-tokens"),
+    (dict(kv_cache_tokens=3), "kv_cache_tokens must be an integer >= 16"),
+    (dict(max_model_len=1), "max_model_len must be an integer >= 2"),
+    (dict(min_confidence=1.5), "min_confidence must be in \\[0, 1\\]"),
+    (dict(kv_cache_memory_fraction=0.0), "kv_cache_memory_fraction must be in"),
+])
+def test_engine_settings_it_cannot_run_with_are_refused(kwargs, match):
+    """(max_num_seqs 0 used to leave generate waiting forever for a batch that could hold nothing.)"""
+    from sparkdec.engine.llm_engine import Engine, EngineConfig
+
+    with pytest.raises(SparkdecError, match=match):
+        Engine(EngineConfig(**kwargs))
 
 
 def test_prompt_rows_marked_for_the_prefill_kernel(llm, monkeypatch):

@@ -34,6 +34,7 @@ class EngineConfig:
     max_model_len: int | None = None
     page_size: int = 16
     kv_cache_tokens: int | None = None
+    kv_cache_memory_fraction: float = 0.5  # of the GPU's free memory after the weights, when kv_cache_tokens is None
     max_num_seqs: int = 64
     max_batched_tokens: int = 1024
     verify_len: int | None = None
@@ -74,13 +75,29 @@ def load_models(cfg: EngineConfig, device: torch.device):
     return target, target_cfg, drafter, draft_cfg, tokenizer
 
 
+def check_config(cfg: EngineConfig) -> None:
+    """Refuse settings the engine cannot run with (a batch of no sequences would wait forever)."""
+    if cfg.accept_mode not in ACCEPT_MODES:
+        raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
+    if cfg.verify_policy not in VERIFY_POLICIES:
+        raise SparkdecError(f"verify policy {cfg.verify_policy!r} unknown; use one of {VERIFY_POLICIES}")
+    for name, least in (("max_num_seqs", 1), ("max_batched_tokens", 1), ("page_size", 1), ("max_model_len", 2),
+                        ("kv_cache_tokens", cfg.page_size), ("threads", 1), ("verify_len", 0)):
+        value = getattr(cfg, name)
+        if value is not None and (not isinstance(value, int) or value < least):
+            flag = "--max-num-batched-tokens" if name == "max_batched_tokens" else "--" + name.replace("_", "-")
+            raise SparkdecError(f"{name} must be an integer >= {least}, got {value!r} ({flag} on the command line)")
+    if cfg.min_confidence is not None and not 0.0 <= cfg.min_confidence <= 1.0:
+        raise SparkdecError(f"min_confidence must be in [0, 1], got {cfg.min_confidence!r}")
+    if not 0.0 < cfg.kv_cache_memory_fraction <= 0.95:
+        raise SparkdecError(f"kv_cache_memory_fraction must be in (0, 0.95] (the rest holds activations and CUDA "
+                            f"graphs), got {cfg.kv_cache_memory_fraction!r}")
+
+
 class Engine:
     def __init__(self, cfg: EngineConfig = EngineConfig(), models: tuple | None = None):
         """models: prebuilt (target, target_cfg, drafter, draft_cfg, tokenizer), e.g. random weights for benchmarks."""
-        if cfg.accept_mode not in ACCEPT_MODES:
-            raise SparkdecError(f"accept mode {cfg.accept_mode!r} unknown; use one of {ACCEPT_MODES}")
-        if cfg.verify_policy not in VERIFY_POLICIES:
-            raise SparkdecError(f"verify policy {cfg.verify_policy!r} unknown; use one of {VERIFY_POLICIES}")
+        check_config(cfg)
         fused_sampler_on()  # an invalid SPARKDEC_FUSED_SAMPLER fails here, at start, not at the first sampled token
         kernel_sampler_on()  # (SPARKDEC_KERNEL_SAMPLER likewise)
         self.config = cfg
@@ -127,7 +144,7 @@ class Engine:
                 if self.draft_cfg:
                     lc = self.draft_cfg.layers
                     per_token += KVCache.bytes_per_token(lc.num_hidden_layers, lc.num_key_value_heads, lc.head_dim, torch.bfloat16)
-                tokens = int(torch.cuda.mem_get_info(self.device)[0] * 0.5) // per_token
+                tokens = int(torch.cuda.mem_get_info(self.device)[0] * cfg.kv_cache_memory_fraction) // per_token
             else:
                 tokens = 32768
         return max(1, tokens // cfg.page_size)
