@@ -41,7 +41,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
                 kv_cache_tokens=args.kv_cache_tokens, kv_cache_memory_fraction=args.kv_cache_memory_fraction,
                 max_num_seqs=args.max_num_seqs, max_batched_tokens=args.max_num_batched_tokens,
-                verify_len=args.verify_len, min_confidence=args.min_confidence, verify_policy=args.verify_policy, accept_mode=args.accept,
+                verify_len=args.verify_len, min_confidence=args.min_confidence, verify_policy=args.verify_policy,
+                accept_mode=args.accept,
                 speculative=not args.no_spec, threads=args.threads, prefix_caching=not args.no_prefix_caching)
 
 
