@@ -31,16 +31,50 @@ def penalizes(params: SamplingParams) -> bool:
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
                    drafts: list[int], allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = (),
-                   bad_words: tuple[tuple[int, ...], ...] = ()) -> torch.Tensor:
+                   bad_words: tuple[tuple[int, ...], ...] = (), history: History | None = None) -> torch.Tensor:
     """logits [n, V] of rows that choose the tokens after output_ids + drafts[:k] (k = 0 .. n - 1; drafts has at least
     n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor). allowed: bool [n, V], each row's tokens under
     guided decoding (grammar_matcher.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
-    ids)."""
+    ids). history: the sequence's History (its prompt and output counted on the device once), else counted here."""
     n, vocab = logits.shape
-    counts = history_counts(output_ids, drafts[:n - 1], n, vocab, logits.device) if penalizes(params) else None
-    seen = token_mask(prompt_ids, vocab, logits.device) if params.repetition_penalty != 1.0 else None
-    banned = banned_rows(bad_words, output_ids + list(drafts[:n - 1]), len(output_ids), n) if bad_words else None
+    history = history or History()
+    counts = history_counts(history.output_counts(output_ids, vocab, logits.device), drafts[:n - 1], n) \
+        if penalizes(params) else None
+    seen = history.prompt_seen(prompt_ids, vocab, logits.device) if params.repetition_penalty != 1.0 else None
+    banned = None
+    if bad_words:
+        tail = output_ids[max(len(output_ids) - max(map(len, bad_words)), 0):]  # (a word's length back is enough)
+        banned = banned_rows(bad_words, tail + list(drafts[:n - 1]), len(tail), n)
     return process(logits, params, counts, seen, params.min_tokens - len(output_ids), stop_ids, allowed, banned)
+
+
+class History:
+    """A sequence's penalty history on the device, kept as its output grows: which tokens its prompt holds (bool [V],
+    built once) and how often each occurs in its output (float32 [V], exact integers, counted as tokens come). Copying
+    a long history to the device every round costs host time: about 1.5 ms a round at 8k prompt + 4k output tokens
+    (CPU, list to tensor)."""
+
+    def __init__(self):
+        self.seen: torch.Tensor | None = None
+        self.counts: torch.Tensor | None = None
+        self.counted, self.last = 0, None  # output tokens in counts (a prefix of the output), the last of them
+
+    def prompt_seen(self, prompt_ids: list[int], vocab: int, device) -> torch.Tensor:
+        if self.seen is None or self.seen.device != torch.device(device):
+            self.seen = token_mask(prompt_ids, vocab, device)
+        return self.seen
+
+    def output_counts(self, output_ids: list[int], vocab: int, device) -> torch.Tensor:
+        """[V]: each token's count in output_ids (the counted ones must be its prefix, or all are counted again)."""
+        done = self.counted
+        if (self.counts is None or self.counts.device != torch.device(device) or len(output_ids) < done
+                or (done and output_ids[done - 1] != self.last)):
+            self.counts, done = torch.zeros(vocab, device=device), 0
+        if len(output_ids) > done:
+            new = torch.tensor(output_ids[done:], device=device)
+            self.counts.index_add_(0, new, torch.ones(len(new), device=device))  # (integer sums: exact in any order)
+        self.counted, self.last = len(output_ids), output_ids[-1] if output_ids else None
+        return self.counts
 
 
 def banned_rows(bad_words: tuple[tuple[int, ...], ...], history: list[int], start: int, n: int) -> list[list[int]]:
@@ -97,10 +131,11 @@ class DraftProcessing:
     far counted on the device: no host read."""
 
     def __init__(self, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
-                 stop_ids: tuple[int, ...], vocab: int, device):
+                 stop_ids: tuple[int, ...], vocab: int, device, history: History | None = None):
         self.params, self.stop_ids, self.early = params, stop_ids, params.min_tokens - len(output_ids)
-        self.counts = history_counts(output_ids, [], 1, vocab, device) if penalizes(params) else None  # [1, V]
-        self.seen = token_mask(prompt_ids, vocab, device) if params.repetition_penalty != 1.0 else None
+        history = history or History()
+        self.counts = history.output_counts(output_ids, vocab, device)[None].clone() if penalizes(params) else None
+        self.seen = history.prompt_seen(prompt_ids, vocab, device) if params.repetition_penalty != 1.0 else None
 
     def apply_(self, z: torch.Tensor, k: int) -> None:
         """z [V], slot k's logits, processed in place (slot k's history: the output and drafts 0 .. k - 1)."""
@@ -112,16 +147,14 @@ class DraftProcessing:
             self.counts[0].index_add_(0, token.view(1), torch.ones(1, device=token.device))
 
 
-def history_counts(output_ids: list[int], drafts: list[int], n: int, vocab: int, device) -> torch.Tensor:
-    """[n, V] float32 (exact integers): row k counts each token in output_ids + drafts[:k]."""
-    counts = torch.zeros(n, vocab, device=device)
-    if output_ids:
-        counts += torch.bincount(torch.tensor(output_ids, device=device), minlength=vocab).float()  # [V] to each row
-    if drafts:
-        steps = torch.zeros(n, vocab, device=device)
-        steps[torch.arange(1, len(drafts) + 1, device=device), torch.tensor(drafts, device=device)] = 1.0
-        counts += steps.cumsum(dim=0)  # row k: drafts 0 .. k - 1
-    return counts
+def history_counts(output_counts: torch.Tensor, drafts: list[int], n: int) -> torch.Tensor:
+    """output_counts [V] (History.output_counts) -> [n, V] float32 (exact integers): row k counts each token in the
+    output + drafts[:k]."""
+    if not drafts:
+        return output_counts[None].expand(n, -1)
+    steps = torch.zeros(n, output_counts.shape[0], device=output_counts.device)
+    steps[torch.arange(1, len(drafts) + 1, device=steps.device), torch.tensor(drafts, device=steps.device)] = 1.0
+    return output_counts[None] + steps.cumsum(dim=0)  # row k: drafts 0 .. k - 1
 
 
 def token_mask(ids: list[int], vocab: int, device) -> torch.Tensor:

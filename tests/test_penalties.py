@@ -190,3 +190,21 @@ def test_banned_rows_follow_each_rows_history():
     assert [sorted(r) for r in rows] == [[3, 9, 9], [9, 9], [9]]
     x = processed_rows(torch.zeros(3, 12), SamplingParams(), [], [5, 7], [7, 9], bad_words=words)
     assert [torch.isinf(r).nonzero().flatten().tolist() for r in x] == [[3, 9], [9], [9]]
+
+
+def test_the_device_history_counts_what_a_fresh_count_gives():
+    """penalties.History keeps a sequence's counts on the device as its output grows (and counts again when the
+    output is not what it counted): rows processed with it equal rows processed from the lists."""
+    from sparkdec.penalties import History
+
+    gen = torch.Generator().manual_seed(3)
+    params = SamplingParams(repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.2)
+    prompt, output, history = [1, 4, 4, 9], [], History()
+    for step in range(24):
+        output = output + torch.randint(0, 30, (1 + step % 3,), generator=gen).tolist()
+        if step == 15:
+            output = output[:4] + [29]  # not the output it counted: counted again
+        logits = torch.randn(3, 30, generator=gen) * 3
+        drafts = torch.randint(0, 30, (2,), generator=gen).tolist()
+        assert torch.equal(processed_rows(logits, params, prompt, output, drafts, history=history),
+                           processed_rows(logits, params, prompt, output, drafts)), step

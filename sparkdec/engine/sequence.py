@@ -100,6 +100,7 @@ class Sequence:
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
     bad_words: tuple[tuple[int, ...], ...] = ()  # params.bad_words as token sequences (Engine.add_request)
     guide: object | None = None  # guided decoding's matcher (grammar_matcher.Matcher), advanced by each committed token
+    history: object | None = None  # penalties.History: its prompt and output counted on the device, for penalties
     error: str | None = None  # why the request ended with finish_reason "error" (see fail)
     error_own: bool = True  # the request's own doing (a 400 on the server), else the server's (500)
 

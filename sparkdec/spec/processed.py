@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from sparkdec.engine.runner import rows_tensor
-from sparkdec.penalties import DraftProcessing, processed_rows, processes, rewrites
+from sparkdec.penalties import DraftProcessing, History, processed_rows, processes, rewrites
 from sparkdec.sampling import draw_tokens
 
 
@@ -20,7 +20,7 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
             rows = rows_tensor(logits[r0:r0 + n])
             allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
             out[id(seq)] = processed_rows(rows, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed,
-                                          held_back(seq), seq.bad_words)
+                                          held_back(seq), seq.bad_words, history(seq))
     return out
 
 
@@ -66,8 +66,15 @@ def dead_end(seq, own: bool) -> None:
 
 def draft_processing(seqs, vocab: int, device) -> list[tuple[int, DraftProcessing]]:
     """(row, its DraftProcessing) for the proposed sequences that rewrite their logits."""
-    return [(i, DraftProcessing(s.params, s.prompt_ids, s.output_ids, held_back(s), vocab, device))
+    return [(i, DraftProcessing(s.params, s.prompt_ids, s.output_ids, held_back(s), vocab, device, history(s)))
             for i, s in enumerate(seqs) if rewrites(s.params)]
+
+
+def history(seq) -> History:
+    """The sequence's penalty history on the device (made on first use, kept up to date as it is used)."""
+    if seq.history is None:
+        seq.history = History()
+    return seq.history
 
 
 def held_back(seq) -> tuple[int, ...]:
@@ -80,7 +87,7 @@ def first_token(seq, row: torch.Tensor, sample) -> int | tuple[int, bool]:
     (row, own) when no token can be chosen."""
     row = rows_tensor(row)
     allowed = seq.guide.allowed([], 1, row.device) if seq.guide is not None else None
-    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq), seq.bad_words)
+    x = processed_rows(row, seq.params, seq.prompt_ids, [], [], allowed, held_back(seq), seq.bad_words, history(seq))
     dead = dead_rows({0: x})
     if dead:
         return dead[0]
