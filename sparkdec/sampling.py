@@ -25,6 +25,8 @@ class SamplingParams:
     stop: tuple[str, ...] | list[str] | str | None = None
     stop_token_ids: tuple[int, ...] | list[int] = field(default_factory=tuple)
     ignore_eos: bool = False
+    include_stop_str_in_output: bool = False  # the stop string that ended the output stays at its end (vLLM's)
+    skip_special_tokens: bool = True  # the output's text without special tokens (False: with them, as written)
     # speculation controls (per request): None = engine default
     speculative: bool | None = None
     verify_len: int | None = None

@@ -255,7 +255,7 @@ def test_refused_tokens_and_bad_logits_are_the_servers_fault():
     seq = Sequence("r", [1, 2], SamplingParams(max_tokens=10, stop=["c"]), 0, (), 100)
     seq.guide = SimpleNamespace(accept=lambda t: t != 9)
     text = {5: "a", 9: "c", 6: "d"}
-    assert commit_tokens(seq, [5, 9, 6], lambda ids: "".join(text[i] for i in ids)) == 1  # (a stop string "c"
+    assert commit_tokens(seq, [5, 9, 6], lambda ids, _=True: "".join(text[i] for i in ids)) == 1  # (a stop string "c"
     # would have matched the refused token's text)
     assert seq.output_ids == [5] and seq.finish_reason == "error" and not seq.error_own
     inf = float("inf")

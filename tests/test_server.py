@@ -475,6 +475,28 @@ def test_api_key_and_chat_template_options(pair, tmp_path):
         chat_template(str(tmp_path / "missing.jinja"))
 
 
+def test_vllm_output_fields(server, pair):
+    """truncate_prompt_tokens keeps the prompt's last tokens; include_stop_str_in_output and skip_special_tokens reach
+    the engine; continue_final_message, which is not implemented, is refused rather than ignored."""
+    from sparkdec.tokenizer import Tokenizer
+
+    client, tok = server.client(), Tokenizer(pair[0])
+    prompt = "import sys\nimport os\n\n\ndef main(argv):\n    "
+    ids = tok.encode(prompt)
+    kw = dict(model=MODEL, max_tokens=12, **GREEDY)
+    cut = client.completions.create(prompt=prompt, extra_body={"truncate_prompt_tokens": 5}, **kw)
+    alone = client.completions.create(prompt=ids[-5:], **kw)
+    assert cut.choices[0].text == alone.choices[0].text and cut.usage.prompt_tokens == 5
+    text = alone.choices[0].text
+    stop = text[2:5]
+    kept = client.completions.create(prompt=ids[-5:], stop=[stop], extra_body={"include_stop_str_in_output": True}, **kw)
+    assert kept.choices[0].text == text[:text.index(stop) + len(stop)]
+    for body, words in (({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens must be a positive integer"),
+                        ({"continue_final_message": True}, "continue_final_message is not supported")):
+        resp = httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "x", **body}, timeout=30)
+        assert resp.status_code == 400 and words in _error_of(resp)["message"], resp.text
+
+
 def _error_of(resp: httpx.Response) -> dict:
     err = resp.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]

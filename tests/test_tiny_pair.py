@@ -109,3 +109,21 @@ def test_cli_generate_runs_on_the_shipped_pair():
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "AL" in res.stderr and "round anatomy" in res.stderr and res.stdout.strip()
+
+
+def test_stop_strings_kept_special_tokens_shown_and_speculation_changes_neither(plain, spec):
+    """include_stop_str_in_output keeps the stop string that ended the output; skip_special_tokens=False writes
+    special tokens into the text, but not the EOS that ended it (vLLM keeps a stop token only when it is not special)
+    unless include_stop_str_in_output; speculative text equals plain text in each case."""
+    prompt = "import os\n"  # (the shipped model ends this one with EOS well within 200 tokens)
+    base = plain.generate([prompt], SamplingParams(max_tokens=200))[0]
+    eos = plain.engine.tokenizer.decode([base.token_ids[-1]], False)
+    assert base.finish_reason == "stop" and base.token_ids[-1] in plain.engine.tokenizer.eos_token_ids and eos
+    cases = [(dict(skip_special_tokens=False), base.text),
+             (dict(skip_special_tokens=False, include_stop_str_in_output=True), base.text + eos),
+             (dict(stop=["expand"]), base.text[:base.text.index("expand")]),
+             (dict(stop=["expand", "os.path.expand"], include_stop_str_in_output=True),
+              base.text[:base.text.index("os.path.expand") + len("os.path.expand")])]
+    for kw, text in cases:
+        outs = [llm.generate([prompt], SamplingParams(max_tokens=200, **kw))[0] for llm in (plain, spec)]
+        assert [o.text for o in outs] == [text, text], kw

@@ -119,7 +119,7 @@ class Engine:
                 self.runner.enable_graphs(cfg.max_num_seqs)
         self.scheduler = Scheduler(self.blocks, cfg.max_num_seqs, max(cfg.max_batched_tokens, (gamma + 1) * cfg.max_num_seqs),
                                    headroom=gamma + 1, prefix_caching=cfg.prefix_caching)
-        decode = (lambda ids: self.tokenizer.decode(ids)) if self.tokenizer else None
+        decode = (lambda ids, skip=True: self.tokenizer.decode(ids, skip)) if self.tokenizer else None
         self.rounds = RoundRunner(self.runner, VerifyPolicy(cfg.verify_len, cfg.min_confidence), cfg.accept_mode, decode,
                                   ahead=cfg.lookahead)
         if cfg.verify_policy == "batch" and self.drafter is not None:  # (requests may turn speculation on)
@@ -153,13 +153,15 @@ class Engine:
     def block_size(self) -> int:
         return self.draft_cfg.block_size if self.draft_cfg else 0
 
-    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+    def encode_prompt(self, prompt: str | list[int], keep_last: int | None = None) -> list[int]:
+        """The prompt's token ids, checked (keep_last: only its last ones, before the length check)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise InvalidPromptError("this model has no tokenizer.json; pass the prompt as a list of token ids")
             ids = self.tokenizer.encode(prompt)
         else:
             ids = [int(t) for t in prompt]
+        ids = ids[-keep_last:] if keep_last else ids
         if not ids:
             raise InvalidPromptError("the prompt is empty; give at least one token")
         bad = [t for t in ids if not 0 <= t < self.target_cfg.vocab_size]

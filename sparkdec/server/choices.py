@@ -47,7 +47,7 @@ class Choice:
 def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = False) -> list[Choice]:
     """Every choice of the request. All prompts are checked (tokenized, sized) before any is queued.
     With a seed, choice i samples with seed + i, so choice 0 equals the request sent with n = 1."""
-    ids = [engine.encode_prompt(p) for p in prompts]
+    ids = [engine.encode_prompt(p, body.truncate_prompt_tokens) for p in prompts]
     out = []
     for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)

@@ -31,7 +31,8 @@ class StreamOptions(BaseModel):
 
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
-UNSUPPORTED = {"guided_whitespace_pattern": (None,)}
+UNSUPPORTED = {"guided_whitespace_pattern": (None,), "continue_final_message": (False,),
+               "spaces_between_special_tokens": (True,)}
 
 
 class _Common(BaseModel):
@@ -67,6 +68,9 @@ class _Common(BaseModel):
     structured_outputs: dict | None = None
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None  # keep only the prompt's last k tokens (vLLM's)
     speculative: bool | None = None
     verify_len: int | None = None
     min_confidence: float | None = None
@@ -75,6 +79,9 @@ class _Common(BaseModel):
         if not isinstance(self.n, int) or self.n < 1:
             raise RequestError(400, f"n must be a positive integer (the number of choices per prompt), got {self.n!r}",
                                param="n")
+        if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
+            raise RequestError(400, f"truncate_prompt_tokens must be a positive integer (the prompt tokens kept, "
+                                    f"its last ones), got {self.truncate_prompt_tokens!r}", param="truncate_prompt_tokens")
         for name, value in (self.model_extra or {}).items():  # fields that would change the output if honoured
             if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
                 raise RequestError(400, f"{name} is not supported by this server (the output would not follow it); "
@@ -86,7 +93,8 @@ class _Common(BaseModel):
             top_p=1.0 if self.top_p is None else self.top_p, top_k=self.top_k or 0,
             max_tokens=default_max_tokens if self.max_tokens is None else self.max_tokens,
             seed=self.seed, stop=self.stop, stop_token_ids=tuple(self.stop_token_ids or ()),
-            ignore_eos=self.ignore_eos, speculative=self.speculative, verify_len=self.verify_len,
+            ignore_eos=self.ignore_eos, include_stop_str_in_output=self.include_stop_str_in_output,
+            skip_special_tokens=self.skip_special_tokens, speculative=self.speculative, verify_len=self.verify_len,
             min_confidence=self.min_confidence, logprobs=self.logprob_count(),
             prompt_logprobs=self.prompt_logprob_count(), logit_bias=self.token_biases(),
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
