@@ -214,6 +214,7 @@ def test_a_closing_tag_inside_a_string_and_calls_cut_by_a_stop():
     JSON reads ("arguments" before "parameters", the last duplicate)."""
     text = ('<tool_call>\n{"name": "write", "arguments": {"s": "a</tool_call>b"}}\n</tool_call>\n'
             '<tool_call>\n{"name": "get_weather", "arguments": {"b": 2}}\n</tool_call>')
+    text = "\n\n" + text  # (whitespace before calls: no content, whole or streamed)
     for choice in (_forced(), _choice(True)):
         final = Snapshot(text, 40, "stop")
         body = response("chat", "r", "m", [choice], [final])["choices"][0]

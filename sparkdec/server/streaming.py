@@ -110,7 +110,8 @@ class _ChoiceStream:
             thought, text = self.c.thought_and_text(text, final=False)
             if not self.c.tools:
                 return thought, text, [], None
-            return thought, tools.streamable(text), tools.running_calls(text, self.c.forced_calls), None
+            shown = tools.streamable(text)  # (whitespace alone waits: before calls, the response has no content)
+            return thought, shown if shown.strip() else "", tools.running_calls(text, self.c.forced_calls), None
         if not (self.c.tools or self.c.reasoning):
             return "", snap.text, [], snap.finish_reason
         message, calls, finish = chat_message(self.c, snap.text, snap.finish_reason)
