@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from sparkdec.errors import SparkdecError
 
@@ -54,11 +55,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompt = args.prompt_opt or args.prompt or sys.stdin.read()
     engine = Engine(EngineConfig(**engine_kwargs(args)))
     if args.chat:
+        if engine.tokenizer is None:
+            raise SparkdecError("--chat needs the model's tokenizer.json and chat template; pass a plain prompt")
         prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos, min_p=args.min_p,
                             repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
-                            frequency_penalty=args.frequency_penalty, min_tokens=args.min_tokens)
+                            frequency_penalty=args.frequency_penalty, min_tokens=args.min_tokens,
+                            stop=tuple(args.stop or ()), guided=guided_arg(args))
     seq = engine.add_request(prompt, params, trace=bool(args.trace))
     shown = 0
     while engine.has_unfinished():
@@ -82,6 +86,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
             for r in seq.rounds or []:
                 f.write(json.dumps(r) + "\n")
     return 0
+
+
+def guided_arg(args: argparse.Namespace):
+    """--json-schema FILE, --json or --regex as the request's Guided (None without them)."""
+    from sparkdec.guided import Guided
+
+    if sum(x is not None and x is not False for x in (args.json_schema, args.json, args.regex)) > 1:
+        raise SparkdecError("give one of --json-schema, --json and --regex")
+    if args.json_schema:
+        try:
+            return Guided(json=json.loads(Path(args.json_schema).expanduser().read_text()))
+        except (OSError, ValueError) as exc:
+            raise SparkdecError(f"--json-schema {args.json_schema}: not a readable JSON file ({exc})") from None
+    if args.json:
+        return Guided(json=True)
+    return Guided(regex=args.regex) if args.regex is not None else None
 
 
 def timing_line(t: dict) -> str:
@@ -108,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--presence-penalty", type=float, default=0.0)
     g.add_argument("--frequency-penalty", type=float, default=0.0)
     g.add_argument("--seed", type=int)
+    g.add_argument("--stop", action="append", help="a stop string (repeat for several)")
+    g.add_argument("--json", action="store_true", help="the output is a JSON object (guided decoding)")
+    g.add_argument("--json-schema", help="a JSON schema file the output follows (guided decoding)")
+    g.add_argument("--regex", help="a regular expression the output matches (guided decoding)")
     g.add_argument("--ignore-eos", action="store_true")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--trace", metavar="FILE.jsonl", help="write one JSON record per speculative round")
