@@ -51,6 +51,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from sparkdec.engine.llm_engine import Engine, EngineConfig
     from sparkdec.llm import request_stats
     from sparkdec.sampling import SamplingParams
+    from sparkdec.spec.commit import stable_prefix
 
     prompt = args.prompt_opt or args.prompt or sys.stdin.read()
     engine = Engine(EngineConfig(**engine_kwargs(args)))
@@ -67,7 +68,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     shown = 0
     while engine.has_unfinished():
         engine.step()
-        text = seq.text if seq.finished else seq.text.rstrip("\ufffd")
+        text = seq.text if seq.finished else stable_prefix(seq.text, params.stop)  # (what may not change)
         sys.stdout.write(text[shown:])
         sys.stdout.flush()
         shown = len(text)

@@ -60,14 +60,14 @@ class History:
         self.counted, self.last = 0, None  # output tokens in counts (a prefix of the output), the last of them
 
     def prompt_seen(self, prompt_ids: list[int], vocab: int, device) -> torch.Tensor:
-        if self.seen is None or self.seen.device != torch.device(device):
+        if self.seen is None or self.seen.device != _device(device):
             self.seen = token_mask(prompt_ids, vocab, device)
         return self.seen
 
     def output_counts(self, output_ids: list[int], vocab: int, device) -> torch.Tensor:
         """[V]: each token's count in output_ids (the counted ones must be its prefix, or all are counted again)."""
         done = self.counted
-        if (self.counts is None or self.counts.device != torch.device(device) or len(output_ids) < done
+        if (self.counts is None or self.counts.device != _device(device) or len(output_ids) < done
                 or (done and output_ids[done - 1] != self.last)):
             self.counts, done = torch.zeros(vocab, device=device), 0
         if len(output_ids) > done:
@@ -145,6 +145,14 @@ class DraftProcessing:
         """Count slot k's draft (a 0-dim device tensor) into the history of the slots after it."""
         if self.counts is not None:
             self.counts[0].index_add_(0, token.view(1), torch.ones(1, device=token.device))
+
+
+def _device(device) -> torch.device:
+    """The device as its tensors name it ("cuda" -> "cuda:0", the current one)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def history_counts(output_counts: torch.Tensor, drafts: list[int], n: int) -> torch.Tensor:

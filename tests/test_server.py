@@ -473,6 +473,19 @@ def test_api_key_and_chat_template_options(pair, tmp_path):
     assert chat_template("{{ messages[0].content }}") == "{{ messages[0].content }}"  # a template given inline
     with pytest.raises(SystemExit, match="neither a file nor a Jinja template"):
         chat_template(str(tmp_path / "missing.jinja"))
+    with pytest.raises(SystemExit, match="does not compile"):
+        chat_template("{% for m in %}")
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from sparkdec.server.auth import require_key
+
+    app = FastAPI()
+    app.get("/v1/models")(lambda: {"data": []})
+    require_key(app, "kö-1")  # (a key beyond ASCII, sent as its UTF-8 bytes)
+    local = TestClient(app)
+    assert local.get("/v1/models", headers={"Authorization": "Bearer kö-1".encode()}).status_code == 200
+    assert local.get("/v1/models", headers={"Authorization": "Bearer ko-1"}).status_code == 401
 
 
 def test_vllm_output_fields(server, pair):
@@ -491,6 +504,11 @@ def test_vllm_output_fields(server, pair):
     stop = text[2:5]
     kept = client.completions.create(prompt=ids[-5:], stop=[stop], extra_body={"include_stop_str_in_output": True}, **kw)
     assert kept.choices[0].text == text[:text.index(stop) + len(stop)]
+    echoed = client.completions.create(prompt=prompt, echo=True, extra_body={"truncate_prompt_tokens": 5}, **kw)
+    assert echoed.choices[0].text == tok.decode(ids[-5:], False) + text  # the kept tokens echoed
+    whole = client.completions.create(prompt=prompt, extra_body={"truncate_prompt_tokens": -1,
+                                                                 "continue_final_message": None}, **kw)
+    assert whole.usage.prompt_tokens == len(ids)  # -1: as much as the window holds (all of this one)
     for body, words in (({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens must be a positive integer"),
                         ({"continue_final_message": True}, "continue_final_message is not supported")):
         resp = httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "x", **body}, timeout=30)
@@ -672,7 +690,7 @@ def test_sigterm_drains_in_flight_requests_then_exits(small_server):
 
 
 def test_stable_prefix_holds_back_what_may_still_change():
-    from sparkdec.server.streaming import stable_prefix
+    from sparkdec.spec.commit import stable_prefix
 
     assert stable_prefix("abc\ufffd", ()) == "abc"  # an incomplete UTF-8 character
     assert stable_prefix("x = 1\nEN", ("END",)) == "x = 1\n"  # may become the stop string

@@ -47,12 +47,14 @@ class Choice:
 def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = False) -> list[Choice]:
     """Every choice of the request. All prompts are checked (tokenized, sized) before any is queued.
     With a seed, choice i samples with seed + i, so choice 0 equals the request sent with n = 1."""
-    ids = [engine.encode_prompt(p, body.truncate_prompt_tokens) for p in prompts]
+    keep = body.truncate_prompt_tokens
+    ids = [engine.encode_prompt(p, engine.max_model_len - 1 if keep == -1 else keep) for p in prompts]
     out = []
     for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
         params = _guided_after_thinking(engine, body.sampling_params(default_max), reasoning and kind == "chat")
-        echo = _echo_text(engine, prompt) if getattr(body, "echo", False) else ""
+        shown = prompt if keep is None else prompt_ids  # (a truncated prompt echoes the tokens it kept)
+        echo = _echo_text(engine, shown) if getattr(body, "echo", False) else ""
         for i in range(body.n):
             index = p * body.n + i
             seeded = params if params.seed is None or i == 0 else replace(params, seed=params.seed + i)

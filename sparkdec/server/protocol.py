@@ -31,8 +31,8 @@ class StreamOptions(BaseModel):
 
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
-UNSUPPORTED = {"guided_whitespace_pattern": (None,), "continue_final_message": (False,),
-               "spaces_between_special_tokens": (True,)}
+UNSUPPORTED = {"guided_whitespace_pattern": (None,), "continue_final_message": (False, None),
+               "spaces_between_special_tokens": (True, None)}
 
 
 class _Common(BaseModel):
@@ -79,9 +79,11 @@ class _Common(BaseModel):
         if not isinstance(self.n, int) or self.n < 1:
             raise RequestError(400, f"n must be a positive integer (the number of choices per prompt), got {self.n!r}",
                                param="n")
-        if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
-            raise RequestError(400, f"truncate_prompt_tokens must be a positive integer (the prompt tokens kept, "
-                                    f"its last ones), got {self.truncate_prompt_tokens!r}", param="truncate_prompt_tokens")
+        if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens not in range(1, 1 << 62) \
+                and self.truncate_prompt_tokens != -1:
+            raise RequestError(400, f"truncate_prompt_tokens must be a positive integer (the prompt tokens kept, its "
+                                    f"last ones) or -1 (as many as the context window holds), got "
+                                    f"{self.truncate_prompt_tokens!r}", param="truncate_prompt_tokens")
         for name, value in (self.model_extra or {}).items():  # fields that would change the output if honoured
             if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
                 raise RequestError(400, f"{name} is not supported by this server (the output would not follow it); "

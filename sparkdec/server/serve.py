@@ -22,7 +22,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--reasoning-parser", choices=["qwen3"],
                    help="return a chat's <think>...</think> as the message's reasoning_content")
-    p.add_argument("--api-key", default=os.environ.get("SPARKDEC_API_KEY"),
+    p.add_argument("--api-key", default=os.environ.get("SPARKDEC_API_KEY") or None,
                    help="require `Authorization: Bearer KEY` on every route but /health and /metrics "
                         "(default: $SPARKDEC_API_KEY; none: open)")
     p.add_argument("--chat-template", help="a Jinja chat template (a file, or the template itself) that replaces "
@@ -33,11 +33,19 @@ def chat_template(value: str) -> str:
     """--chat-template's template: a file's text, or the value itself when it is a template."""
     path = Path(value).expanduser()
     if path.is_file():
-        return path.read_text()
-    if "{{" in value or "{%" in value:
-        return value
-    raise SystemExit(f"sparkdec serve: --chat-template {value!r} is neither a file nor a Jinja template; "
-                     "pass the template file's path")
+        template = path.read_text()
+    elif "{{" in value or "{%" in value:
+        template = value
+    else:
+        raise SystemExit(f"sparkdec serve: --chat-template {value!r} is neither a file nor a Jinja template; "
+                         "pass the template file's path")
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise SystemExit(f"sparkdec serve: --chat-template does not compile: {exc} (line {exc.lineno})") from None
+    return template
 
 
 def served_name(args: argparse.Namespace) -> str:

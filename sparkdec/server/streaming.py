@@ -12,23 +12,11 @@ from sparkdec.server import protocol as P
 from sparkdec.server import tools
 from sparkdec.server.choices import chat_message, prompt_tokens
 from sparkdec.server.engine_loop import RequestHandle, Snapshot
+from sparkdec.spec.commit import stable_prefix
 
 
 def sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-def stable_prefix(text: str, stops: tuple[str, ...]) -> str:
-    """The part of a running text that can no longer change: no trailing incomplete UTF-8 character (U+FFFD)
-    and no tail that could still grow into a stop string (the engine cuts the text there if it does)."""
-    text = text.rstrip("\ufffd")
-    hold = 0
-    for stop in stops:
-        for k in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:k]):
-                hold = k
-                break
-    return text[:len(text) - hold]
 
 
 async def snapshots(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Snapshot]]:

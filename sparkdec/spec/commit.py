@@ -54,10 +54,24 @@ def commit_tokens(seq: Sequence, tokens: list[int], decode) -> int:
 
 
 def _without_final_special(seq: Sequence, decode) -> str:
-    """The text without the special token that ended it (its EOS, kept in the text when special tokens are, as vLLM
-    keeps a stop id only when it is not special), unless include_stop_str_in_output."""
+    """The text without the special token that ended it (its EOS, which skip_special_tokens=False would write),
+    unless include_stop_str_in_output. (A stop id that is not special keeps its text either way, the rule vLLM's
+    SamplingParams documents; vLLM's V1 detokenizer drops it unless include_stop_str_in_output.)"""
     last = seq.output_ids[-1]
     piece = decode([last], False)
     if seq.params.include_stop_str_in_output or decode([last], True) or not seq.text.endswith(piece):
         return seq.text
     return seq.text[:len(seq.text) - len(piece)]
+
+
+def stable_prefix(text: str, stops: tuple[str, ...]) -> str:
+    """The part of a running text that can no longer change: no trailing incomplete UTF-8 character (U+FFFD)
+    and no tail that could still grow into a stop string (the engine cuts the text there if it does)."""
+    text = text.rstrip("\ufffd")
+    hold = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:k]):
+                hold = k
+                break
+    return text[:len(text) - hold]
