@@ -22,7 +22,7 @@ def rewrites(params: SamplingParams) -> bool:
     """Does this request rewrite its logits (min_p only when it samples: greedy decoding keeps the most likely token,
     which min_p never drops)?"""
     return bool(params.logit_bias or penalizes(params) or (params.min_p > 0.0 and not params.greedy)
-                or params.min_tokens or params.bad_words)
+                or params.min_tokens or params.bad_words or params.allowed_token_ids is not None)
 
 
 def penalizes(params: SamplingParams) -> bool:
@@ -91,7 +91,8 @@ def banned_rows(bad_words: tuple[tuple[int, ...], ...], history: list[int], star
 def process(logits: torch.Tensor, params: SamplingParams, counts: torch.Tensor | None, prompt_seen: torch.Tensor | None,
             early: int, stop_ids: tuple[int, ...], allowed: torch.Tensor | None = None,
             banned: list[list[int]] | None = None) -> torch.Tensor:
-    """logits [n, V] -> processed [n, V] float32 (a new tensor), in this order: the guided mask (allowed), bad words
+    """logits [n, V] -> processed [n, V] float32 (a new tensor), in this order: the guided mask (allowed),
+    params.allowed_token_ids (every other token out), bad words
     (banned: per row, the tokens it may not choose), min_tokens
     (its first `early` rows never choose stop_ids), logit_bias, the repetition penalty (tokens counted in counts
     [n, V] or seen in prompt_seen [V]), frequency and presence penalties (counts), min_p."""
@@ -99,6 +100,10 @@ def process(logits: torch.Tensor, params: SamplingParams, counts: torch.Tensor |
     n, vocab = x.shape
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
+    if params.allowed_token_ids is not None:
+        keep = torch.zeros(vocab, dtype=torch.bool, device=x.device)
+        keep[torch.tensor([t for t in params.allowed_token_ids if t < vocab], dtype=torch.long, device=x.device)] = True
+        x = x.masked_fill(~keep, float("-inf"))
     for k, ids in enumerate(banned or ()):
         if ids:
             x[k, torch.tensor(ids, device=x.device)] = float("-inf")

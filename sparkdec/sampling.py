@@ -50,6 +50,7 @@ class SamplingParams:
     # looked for only in the text after them (vLLM's min_tokens)
     min_tokens: int = 0
     bad_words: tuple[str, ...] = ()  # words never generated (vLLM's: each with and without a leading space)
+    allowed_token_ids: tuple[int, ...] | list[int] | None = None  # the only tokens generated (vLLM's); None: all
     # guided decoding (sparkdec/guided.py): the output follows JSON (a schema), a regex, a choice or a grammar
     guided: Guided | dict | None = None
 
@@ -61,6 +62,8 @@ class SamplingParams:
         bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias or ()
         object.__setattr__(self, "logit_bias", tuple(sorted((t, b) for t, b in bias)))  # hashable, in one order
         object.__setattr__(self, "bad_words", tuple(self.bad_words or ()))
+        if self.allowed_token_ids is not None:
+            object.__setattr__(self, "allowed_token_ids", tuple(sorted(set(self.allowed_token_ids))))
         if isinstance(self.guided, dict):
             object.__setattr__(self, "guided", Guided(**self.guided))
         self.validate()
@@ -107,6 +110,10 @@ class SamplingParams:
             bad("min_tokens cannot be combined with guided decoding: the grammar decides where the output ends")
         if self.guided is not None and self.ignore_eos:
             bad("ignore_eos cannot be combined with guided decoding: the grammar ends the output with a stop token")
+        if self.allowed_token_ids is not None and (not self.allowed_token_ids or any(
+                not isinstance(t, int) or t < 0 for t in self.allowed_token_ids)):
+            bad(f"allowed_token_ids must be a non-empty list of token ids (integers >= 0), got "
+                f"{list(self.allowed_token_ids)!r}")
         if len({t for t, _ in self.logit_bias}) < len(self.logit_bias):
             bad("logit_bias names a token twice; give each token one bias")
         for token, bias in self.logit_bias:

@@ -70,17 +70,19 @@ class Tokenizer:
         return self._tok.token_to_id(token)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None,
-                            switches: dict | None = None) -> str:
+                            switches: dict | None = None, template: str | None = None) -> str:
         """The prompt text of a chat. tools: OpenAI tool definitions, for templates that render them; switches: the
-        template's own variables (Qwen3's enable_thinking), which cannot replace the arguments above."""
-        if not self.chat_template:
+        template's own variables (Qwen3's enable_thinking), which cannot replace the arguments above; template: one
+        to use instead of the checkpoint's."""
+        template = template or self.chat_template
+        if not template:
             raise CheckpointError("this checkpoint's tokenizer_config.json has no chat_template; "
                                   "send a plain prompt instead of chat messages")
         import jinja2
 
         env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
-        return env.from_string(self.chat_template).render(
+        return env.from_string(template).render(
             **{**(switches or {}), "messages": messages, "add_generation_prompt": add_generation_prompt,
                "tools": tools, "bos_token": self.config.get("bos_token") or "",
                "eos_token": self.config.get("eos_token") or ""})

@@ -208,3 +208,22 @@ def test_the_device_history_counts_what_a_fresh_count_gives():
         drafts = torch.randint(0, 30, (2,), generator=gen).tolist()
         assert torch.equal(processed_rows(logits, params, prompt, output, drafts, history=history),
                            processed_rows(logits, params, prompt, output, drafts)), step
+
+
+@pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
+def test_allowed_token_ids_limit_the_output_and_speculation_changes_nothing():
+    """allowed_token_ids (vLLM's): every output token is one of them; speculative output equals plain output."""
+    plain, spec = LLM(draft=None, speculative=False), LLM()
+    prompt = "import os\nimport sys\n\n\ndef main(argv):\n    "
+    free = plain.generate([prompt], SamplingParams(max_tokens=48, ignore_eos=True))[0].token_ids
+    allowed = sorted(set(free[::2]))  # (some of the tokens it would use: the output must change)
+    for temperature in (0.0, 0.9):
+        params = SamplingParams(max_tokens=48, ignore_eos=True, allowed_token_ids=allowed, temperature=temperature,
+                                seed=2)
+        out = spec.generate([prompt], params)[0].token_ids
+        assert out == plain.generate([prompt], params)[0].token_ids and set(out) <= set(allowed)
+    assert set(free) - set(allowed)
+    with pytest.raises(InvalidSamplingParamsError, match="allowed_token_ids must be a non-empty list"):
+        SamplingParams(allowed_token_ids=[])
+    with pytest.raises(InvalidSamplingParamsError, match="allowed_token_ids names token ids"):
+        plain.generate([prompt], SamplingParams(allowed_token_ids=[10 ** 7]))

@@ -510,8 +510,26 @@ def test_vllm_output_fields(server, pair):
                                                                  "continue_final_message": None}, **kw)
     assert whole.usage.prompt_tokens == len(ids)  # -1: as much as the window holds (all of this one)
     for body, words in (({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens must be a positive integer"),
-                        ({"continue_final_message": True}, "continue_final_message is not supported")):
+                        ({"continue_final_message": True}, "continue_final_message is not supported"),
+                        ({"use_beam_search": True}, "use_beam_search is not supported"),
+                        ({"allowed_token_ids": [10 ** 7]}, "allowed_token_ids names token ids")):
         resp = httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "x", **body}, timeout=30)
+        assert resp.status_code == 400 and words in _error_of(resp)["message"], resp.text
+    only = tok.encode("a")
+    limited = client.completions.create(prompt=ids[-5:], extra_body={"allowed_token_ids": only}, **kw)
+    assert len(only) == 1 and limited.choices[0].text == "a" * 12  # (one token allowed: it, every time)
+    # a chat's own template, for generation and /tokenize alike; a bad one, legacy functions, chat echo: 400
+    messages, template = [{"role": "user", "content": "hi"}], "{% for m in messages %}<{{ m.content }}>{% endfor %}"
+    chat = client.chat.completions.create(model=MODEL, messages=messages, extra_body={"chat_template": template}, **{
+        k: v for k, v in kw.items() if k != "model"})
+    assert chat.choices[0].message.content == client.completions.create(prompt="<hi>", **kw).choices[0].text
+    counted = httpx.post(server.url + "/tokenize", json={"messages": messages, "chat_template": template}, timeout=30)
+    assert counted.json()["tokens"] == tok.encode("<hi>")
+    url = server.url + "/v1/chat/completions"
+    for body, words in (({"chat_template": "{% for %}"}, "the request's chat_template does not render"),
+                        ({"functions": [{"name": "f"}]}, "offer them as tools instead"),
+                        ({"echo": True}, "echo is not supported")):
+        resp = httpx.post(url, json={"model": MODEL, "messages": messages, **body}, timeout=30)
         assert resp.status_code == 400 and words in _error_of(resp)["message"], resp.text
 
 

@@ -179,7 +179,8 @@ class Engine:
         params = params or SamplingParams()
         params.validate()
         vocab = self.target_cfg.vocab_size
-        for name, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
+        for name, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids),
+                          ("allowed_token_ids", params.allowed_token_ids or ())):
             outside = [t for t in ids if t >= vocab]
             if outside:
                 raise InvalidSamplingParamsError(f"{name} names token ids {outside[:5]} outside the vocabulary "

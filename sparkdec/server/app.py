@@ -92,8 +92,7 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
         if engine.tokenizer is None:
             raise P.RequestError(400, "this model has no tokenizer.json, so chat messages cannot be rendered; "
                                       "use /v1/completions with token ids", param="messages")
-        prompt = engine.tokenizer.apply_chat_template(body.template_messages(), body.add_generation_prompt,
-                                                      body.tools, body.chat_template_kwargs)
+        prompt = T.render_chat(engine.tokenizer, body.template_messages(), body)
         return await _generate(request, body, [prompt], "chat", engine, loop, state, model_name)
 
     return app

@@ -32,7 +32,11 @@ class StreamOptions(BaseModel):
 # OpenAI / vLLM fields that change what is generated, which sparkdec does not implement: accepted only at a value that
 # changes nothing (the first is the one the error suggests); any other field it does not know is ignored
 UNSUPPORTED = {"guided_whitespace_pattern": (None,), "continue_final_message": (False, None),
-               "spaces_between_special_tokens": (True, None)}
+               "spaces_between_special_tokens": (True, None), "use_beam_search": (False, None),
+               "length_penalty": (1.0, None), "return_tokens_as_token_ids": (False, None), "prompt_embeds": (None,),
+               "logits_processors": (None,), "echo": (False, None),  # (chat's echo; completions implement theirs)
+               "functions": (None,), "function_call": (None, "none", "auto")}
+UNSUPPORTED_HINTS = {"functions": "; offer them as tools instead", "function_call": "; use tool_choice instead"}
 
 
 class _Common(BaseModel):
@@ -58,6 +62,7 @@ class _Common(BaseModel):
     min_p: float | None = None
     min_tokens: int | None = None
     bad_words: list[str] | None = None
+    allowed_token_ids: list[int] | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string, as OpenAI sends it) -> added to its logit
     # structured outputs (server/structured.py): at most one of these
     response_format: dict | None = None
@@ -87,7 +92,8 @@ class _Common(BaseModel):
         for name, value in (self.model_extra or {}).items():  # fields that would change the output if honoured
             if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
                 raise RequestError(400, f"{name} is not supported by this server (the output would not follow it); "
-                                        f"drop the field or send {UNSUPPORTED[name][0]!r}", param=name)
+                                        f"drop the field or send {UNSUPPORTED[name][0]!r}"
+                                        f"{UNSUPPORTED_HINTS.get(name, '')}", param=name)
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         return SamplingParams(
@@ -102,7 +108,7 @@ class _Common(BaseModel):
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
             min_p=self.min_p or 0.0, min_tokens=self.min_tokens or 0, guided=guided_of(self),
-            bad_words=tuple(self.bad_words or ()))
+            bad_words=tuple(self.bad_words or ()), allowed_token_ids=self.allowed_token_ids)
 
     def token_biases(self) -> dict[int, float]:
         """logit_bias with its keys read as token ids."""
@@ -187,6 +193,7 @@ class ChatCompletionRequest(_Common):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict | None = None  # the template's own switches, e.g. {"enable_thinking": false}
+    chat_template: str | None = None  # a Jinja template for this request instead of the model's (vLLM's)
 
     def check_supported(self) -> None:
         super().check_supported()

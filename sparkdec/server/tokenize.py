@@ -15,6 +15,7 @@ class TokenizeRequest(BaseModel):
     add_generation_prompt: bool = True
     tools: list[dict] | None = None
     chat_template_kwargs: dict | None = None
+    chat_template: str | None = None
 
 
 class DetokenizeRequest(BaseModel):
@@ -28,12 +29,25 @@ def tokenize(engine, body: TokenizeRequest) -> dict:
     if (body.prompt is None) == (body.messages is None):
         raise P.RequestError(400, "send exactly one of prompt (text) or messages (a chat)", param="prompt")
     if body.messages is not None:
-        text = tok.apply_chat_template(P.template_messages(body.messages), body.add_generation_prompt, body.tools,
-                                       body.chat_template_kwargs)
+        text = render_chat(tok, P.template_messages(body.messages), body)
     else:
         text = body.prompt
     ids = tok.encode(text)
     return {"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids}
+
+
+def render_chat(tok, messages: list[dict], body) -> str:
+    """A chat's prompt text through the request's chat_template or the model's; a request's own template that does
+    not compile or render is a 400 naming the field."""
+    import jinja2
+
+    try:
+        return tok.apply_chat_template(messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs,
+                                       body.chat_template)
+    except jinja2.TemplateError as exc:
+        if body.chat_template is None:
+            raise
+        raise P.RequestError(400, f"the request's chat_template does not render: {exc}", param="chat_template") from None
 
 
 def detokenize(engine, body: DetokenizeRequest) -> dict:
