@@ -47,7 +47,8 @@ def render_chat(tok, messages: list[dict], body) -> str:
     except jinja2.TemplateError as exc:
         if body.chat_template is None:
             raise
-        raise P.RequestError(400, f"the request's chat_template does not render: {exc}", param="chat_template") from None
+        raise P.RequestError(400, f"the request's chat_template does not render: {exc}",
+                             param="chat_template") from None
 
 
 def detokenize(engine, body: DetokenizeRequest) -> dict:
