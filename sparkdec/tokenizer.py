@@ -78,14 +78,27 @@ class Tokenizer:
         if not template:
             raise CheckpointError("this checkpoint's tokenizer_config.json has no chat_template; "
                                   "send a plain prompt instead of chat messages")
-        import jinja2
-
-        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = _raise
-        return env.from_string(template).render(
+        return template_env().from_string(template).render(
             **{**(switches or {}), "messages": messages, "add_generation_prompt": add_generation_prompt,
                "tools": tools, "bos_token": self.config.get("bos_token") or "",
                "eos_token": self.config.get("eos_token") or ""})
+
+
+def template_env():
+    """Jinja as Hugging Face renders chat templates: sandboxed (a request may bring its own template), loop controls,
+    and a tojson that neither sorts keys nor escapes HTML characters (jinja's own does both, which would change the
+    tools a Qwen3 prompt lists)."""
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    return env
+
+
+def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _byte_level_alphabet() -> dict[str, int]:

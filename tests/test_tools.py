@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from sparkdec.engine.llm_engine import DEFAULT_PAIR
 from sparkdec.sampling import SamplingParams
 from sparkdec.server import tools
@@ -236,3 +238,26 @@ def test_a_closing_tag_inside_a_string_and_calls_cut_by_a_stop():
                        ('{"name": "f", "arguments": {"a": 1}, "arguments": [1]}', "[1]"),
                        ('{"name": "f", "parameters": {"b": 2}, "arguments": null}', "null")):
         assert tools.parse(tools.OPEN + body + tools.CLOSE)[1][0]["function"]["arguments"] == args, body
+
+
+def test_chat_templates_render_as_hugging_face_renders_them_and_sandboxed(tmp_path):
+    """Tools listed through `tojson` come out as Hugging Face writes them (keys in order, no HTML escapes: jinja's
+    own tojson does both), loop controls work, and a template cannot reach Python's internals (a request may bring
+    its own template)."""
+    import jinja2
+    from transformers import PreTrainedTokenizerFast
+
+    template = ("{%- if tools %}<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>{% endif %}"
+                "{%- for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}<|im_start|>{{ m.role }}\n"
+                "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    shutil.copy(DEFAULT_PAIR / "target" / "tokenizer.json", tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    tools_ = [{"type": "function", "function": {"name": "w", "description": "a < b & c's \"x\" é",
+                                                "parameters": {"type": "object", "z": 1, "a": 2}}}]
+    messages = [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
+    ours = Tokenizer(tmp_path).apply_chat_template(messages, True, tools_)
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), chat_template=template)
+    assert ours == hf.apply_chat_template(messages, tools=tools_, tokenize=False, add_generation_prompt=True)
+    assert '"z": 1, "a": 2' in ours and "again" not in ours
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        Tokenizer(tmp_path).apply_chat_template(messages, True, None, None, "{{ ''.__class__.__mro__ }}")

@@ -41,8 +41,10 @@ def chat_template(value: str) -> str:
                          "pass the template file's path")
     import jinja2
 
+    from sparkdec.tokenizer import template_env
+
     try:
-        jinja2.Environment().parse(template)
+        template_env().parse(template)
     except jinja2.TemplateSyntaxError as exc:
         raise SystemExit(f"sparkdec serve: --chat-template does not compile: {exc} (line {exc.lineno})") from None
     return template
