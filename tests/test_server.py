@@ -445,7 +445,8 @@ def test_api_key_and_chat_template_options(pair, tmp_path):
     --chat-template: a template file replaces the tokenizer's, for generation and /tokenize alike."""
     template = tmp_path / "template.jinja"
     template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ")
-    srv = Server(pair, tmp_path / "server.log", "--api-key", "sekret-1", "--chat-template", str(template))
+    srv = Server(pair, tmp_path / "server.log", "--api-key", "sekret-1", "--chat-template", str(template),
+                 "--trust-request-chat-template")
     try:
         assert httpx.get(srv.url + "/health", timeout=10).status_code == 200
         assert httpx.get(srv.url + "/metrics", timeout=10).status_code == 200
@@ -466,6 +467,19 @@ def test_api_key_and_chat_template_options(pair, tmp_path):
         out = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, **GREEDY)
         alone = client.completions.create(model=MODEL, prompt="[user] hi\n[assistant] ", max_tokens=4, **GREEDY)
         assert out.choices[0].message.content == alone.choices[0].text  # the chat rendered with the new template
+        # a request's own template (this server trusts them), for generation and /tokenize alike; a bad one: 400
+        own = "{% for m in messages %}<{{ m.content }}>{% endfor %}"
+        chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
+                                              extra_body={"chat_template": own}, **GREEDY)
+        assert chat.choices[0].message.content == client.completions.create(
+            model=MODEL, prompt="<hi>", max_tokens=4, **GREEDY).choices[0].text
+        counted = httpx.post(srv.url + "/tokenize", json={"messages": messages, "chat_template": own},
+                             headers={"Authorization": "Bearer sekret-1"}, timeout=30)
+        assert counted.json()["tokens"] == Tokenizer(pair[0]).encode("<hi>")
+        for bad in ("{% for %}", "{{ 1 / 0 }}", "{{ ''.__class__.__mro__ }}"):  # syntax, runtime, sandbox
+            resp = httpx.post(srv.url + "/v1/chat/completions", headers={"Authorization": "Bearer sekret-1"},
+                              json={"model": MODEL, "messages": messages, "chat_template": bad}, timeout=30)
+            assert resp.status_code == 400 and "chat_template does not render" in _error_of(resp)["message"], bad
     finally:
         srv.stop()
     from sparkdec.server.serve import chat_template
@@ -518,15 +532,9 @@ def test_vllm_output_fields(server, pair):
     only = tok.encode("a")
     limited = client.completions.create(prompt=ids[-5:], extra_body={"allowed_token_ids": only}, **kw)
     assert len(only) == 1 and limited.choices[0].text == "a" * 12  # (one token allowed: it, every time)
-    # a chat's own template, for generation and /tokenize alike; a bad one, legacy functions, chat echo: 400
-    messages, template = [{"role": "user", "content": "hi"}], "{% for m in messages %}<{{ m.content }}>{% endfor %}"
-    chat = client.chat.completions.create(model=MODEL, messages=messages, extra_body={"chat_template": template}, **{
-        k: v for k, v in kw.items() if k != "model"})
-    assert chat.choices[0].message.content == client.completions.create(prompt="<hi>", **kw).choices[0].text
-    counted = httpx.post(server.url + "/tokenize", json={"messages": messages, "chat_template": template}, timeout=30)
-    assert counted.json()["tokens"] == tok.encode("<hi>")
+    messages = [{"role": "user", "content": "hi"}]  # a request's own template (untrusted), legacy functions, chat echo
     url = server.url + "/v1/chat/completions"
-    for body, words in (({"chat_template": "{% for %}"}, "the request's chat_template does not render"),
+    for body, words in (({"chat_template": "{{ 1 }}"}, "--trust-request-chat-template"),
                         ({"functions": [{"name": "f"}]}, "offer them as tools instead"),
                         ({"echo": True}, "echo is not supported")):
         resp = httpx.post(url, json={"model": MODEL, "messages": messages, **body}, timeout=30)

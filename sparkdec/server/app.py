@@ -31,10 +31,11 @@ class ServerState:
 
 
 def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str, ...] = (),
-               reasoning_parser: str | None = None, api_key: str | None = None) -> FastAPI:
+               reasoning_parser: str | None = None, api_key: str | None = None,
+               trust_templates: bool = False) -> FastAPI:
     """One app per engine. Requests beyond max_num_seqs running + max_queue waiting get 503. reasoning_parser:
     "qwen3" returns chat thinking as reasoning_content (server/reasoning.py). api_key: required on every route but
-    /health and /metrics (server/auth.py)."""
+    /health and /metrics (server/auth.py). trust_templates: render a request's own chat_template."""
     metrics = Metrics(engine)
     loop = EngineLoop(engine, metrics)
     state = ServerState(max_inflight=engine.config.max_num_seqs + max_queue, reasoning=reasoning_parser is not None)
@@ -71,7 +72,7 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
     async def tokenize(request: Request):
         body = await _parse(request, T.TokenizeRequest)
         T.check_model(body, names, model_name)
-        return T.tokenize(engine, body)
+        return T.tokenize(engine, body, trust_templates)
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
@@ -92,7 +93,7 @@ def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str
         if engine.tokenizer is None:
             raise P.RequestError(400, "this model has no tokenizer.json, so chat messages cannot be rendered; "
                                       "use /v1/completions with token ids", param="messages")
-        prompt = T.render_chat(engine.tokenizer, body.template_messages(), body)
+        prompt = T.render_chat(engine.tokenizer, body.template_messages(), body, trust_templates)
         return await _generate(request, body, [prompt], "chat", engine, loop, state, model_name)
 
     return app

@@ -25,6 +25,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=os.environ.get("SPARKDEC_API_KEY") or None,
                    help="require `Authorization: Bearer KEY` on every route but /health and /metrics "
                         "(default: $SPARKDEC_API_KEY; none: open)")
+    p.add_argument("--trust-request-chat-template", action="store_true",
+                   help="render a chat request's own chat_template (sandboxed, but a template can still loop or "
+                        "allocate without bound: only for trusted clients)")
     p.add_argument("--chat-template", help="a Jinja chat template (a file, or the template itself) that replaces "
                                            "the one in the model's tokenizer_config.json")
 
@@ -73,7 +76,7 @@ def run_serve(args: argparse.Namespace, engine_kwargs) -> int:
     name = served_name(args)
     aliases = (args.model,) if args.model else ()
     app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases, reasoning_parser=args.reasoning_parser,
-                     api_key=args.api_key)
+                     api_key=args.api_key, trust_templates=args.trust_request_chat_template)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     spec = "speculative" if engine.drafter is not None and engine.config.speculative else "plain"
     log.info("serving %s (%s decoding, %d KV pages of %d tokens, max model len %d)", name, spec,

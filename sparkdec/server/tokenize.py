@@ -24,30 +24,32 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int]
 
 
-def tokenize(engine, body: TokenizeRequest) -> dict:
+def tokenize(engine, body: TokenizeRequest, trust_templates: bool = False) -> dict:
     tok = _tokenizer(engine)
     if (body.prompt is None) == (body.messages is None):
         raise P.RequestError(400, "send exactly one of prompt (text) or messages (a chat)", param="prompt")
     if body.messages is not None:
-        text = render_chat(tok, P.template_messages(body.messages), body)
+        text = render_chat(tok, P.template_messages(body.messages), body, trust_templates)
     else:
         text = body.prompt
     ids = tok.encode(text)
     return {"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids}
 
 
-def render_chat(tok, messages: list[dict], body) -> str:
-    """A chat's prompt text through the request's chat_template or the model's; a request's own template that does
-    not compile or render is a 400 naming the field."""
-    import jinja2
-
+def render_chat(tok, messages: list[dict], body, trust_templates: bool) -> str:
+    """A chat's prompt text through the model's chat template, or the request's own when the server trusts them
+    (`serve --trust-request-chat-template`: even sandboxed, a template can loop or allocate without bound); a
+    request's template that does not render is a 400 naming the field."""
+    if body.chat_template is not None and not trust_templates:
+        raise P.RequestError(400, "this server does not render a request's own chat_template (start it with "
+                                  "--trust-request-chat-template to allow them); drop the field", param="chat_template")
     try:
         return tok.apply_chat_template(messages, body.add_generation_prompt, body.tools, body.chat_template_kwargs,
                                        body.chat_template)
-    except jinja2.TemplateError as exc:
-        if body.chat_template is None:
+    except Exception as exc:
+        if body.chat_template is None or isinstance(exc, P.RequestError):
             raise
-        raise P.RequestError(400, f"the request's chat_template does not render: {exc}",
+        raise P.RequestError(400, f"the request's chat_template does not render: {type(exc).__name__}: {exc}",
                              param="chat_template") from None
 
 
