@@ -59,7 +59,8 @@
 # Session 42 ran 58 (the combine at 2 warps: equal; 32 splits a chunk: 1k -0.7%, 8k -1.4%, shipped as
 # triton_attention.CHUNK = 32; comb_w2_ab_*_session42.json), 29 GPU tests touching attention at CHUNK 32 (all passed;
 # gpu_tests_*_session42.json) and the 4B bench at 1k/8k (80% / 69%; kernels_*_session42.json). Next: 60 (the bench
-# with its new processed-request figures), then 1 and 25 (the whole suite at this code).
+# with its new processed-request figures), then 1 and 25 (the whole suite at this code: penalties.History and
+# allowed_token_ids run in the logit-processing GPU test).
 # usage (device tool): bash scripts/device_next.sh N
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
