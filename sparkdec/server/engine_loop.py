@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sparkdec.engine.sequence import SpecStats
 from sparkdec.sampling import SamplingParams
+from sparkdec.server.stats_log import StatsLog
 
 log = logging.getLogger("sparkdec.server")
 
@@ -81,6 +82,7 @@ class _Tracked:
 class EngineLoop:
     def __init__(self, engine, metrics=None, idle_wait_s: float = 1.0):
         self.engine, self.metrics, self.idle_wait_s = engine, metrics, idle_wait_s
+        self.stats = StatsLog(engine) if metrics is not None else None  # (the periodic stats line)
         self._cmds: deque = deque()
         self._wake = threading.Event()
         self._stop = False
@@ -141,6 +143,8 @@ class EngineLoop:
             return
         for seq in self.engine.step():
             self._publish(seq)
+        if self.stats is not None:
+            self.stats.step(*self.metrics.totals)
 
     def _command(self, cmd) -> None:
         kind, arg = cmd
@@ -160,6 +164,7 @@ class EngineLoop:
         self._live[handle.request_id] = _Tracked(handle, seq)
         if self.metrics:
             self.metrics.prompt_tokens.inc(len(handle.prompt_ids))
+            self.metrics.totals[0] += len(handle.prompt_ids)
         handle.loop.call_soon_threadsafe(_set_result, handle.added, None)
 
     def _publish(self, seq, error: str | None = None) -> None:
@@ -189,6 +194,7 @@ class EngineLoop:
         new = (s.rounds, s.draft_tokens, s.accepted_tokens, list(s.accepted_per_position))
         m.spec_delta(tracked.spec, new)
         m.generation_tokens.inc(len(seq.output_ids) - tracked.tokens)
+        m.totals[1] += len(seq.output_ids) - tracked.tokens
         tracked.spec, tracked.tokens = new, len(seq.output_ids)
         if not tracked.ttft_seen and seq.first_token_time is not None:
             tracked.ttft_seen = True
