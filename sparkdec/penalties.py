@@ -8,6 +8,8 @@ depend on how many rows or sequences are processed with it: speculative output s
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sparkdec.sampling import SamplingParams
@@ -101,9 +103,7 @@ def process(logits: torch.Tensor, params: SamplingParams, counts: torch.Tensor |
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
     if params.allowed_token_ids is not None:
-        keep = torch.zeros(vocab, dtype=torch.bool, device=x.device)
-        keep[torch.tensor([t for t in params.allowed_token_ids if t < vocab], dtype=torch.long, device=x.device)] = True
-        x = x.masked_fill(~keep, float("-inf"))
+        x = x.masked_fill(_outside(params.allowed_token_ids, vocab, str(x.device)), float("-inf"))
     for k, ids in enumerate(banned or ()):
         if ids:
             x[k, torch.tensor(ids, device=x.device)] = float("-inf")
@@ -150,6 +150,14 @@ class DraftProcessing:
         """Count slot k's draft (a 0-dim device tensor) into the history of the slots after it."""
         if self.counts is not None:
             self.counts[0].index_add_(0, token.view(1), torch.ones(1, device=token.device))
+
+
+@functools.lru_cache(maxsize=64)
+def _outside(allowed: tuple[int, ...], vocab: int, device: str) -> torch.Tensor:
+    """bool [V]: the tokens allowed_token_ids leaves out (built once per list, vocabulary and device; read only)."""
+    out = torch.ones(vocab, dtype=torch.bool, device=device)
+    out[torch.tensor([t for t in allowed if t < vocab], dtype=torch.long, device=device)] = False
+    return out
 
 
 def _device(device) -> torch.device:
