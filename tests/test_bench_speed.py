@@ -17,6 +17,21 @@ def test_speed_harness_reports_identical_outputs(tmp_path):
     assert row["plain_tokens_per_s"] > 0 and row["spec_tokens_per_s"] > 0
 
 
+def test_bad_prompt_files_are_refused_with_the_line(tmp_path):
+    import pytest
+
+    from sparkdec.bench.speed import load_prompts
+    from sparkdec.errors import SparkdecError
+
+    for text, words in (("", "no prompts"), ('{"prompt": "x"}\n[1]\n', "line 2 has no \"prompt\" text"),
+                        ('{"prompt": "x"}\n{"prompt": \n', "line 2 is not JSON")):
+        (tmp_path / "p.jsonl").write_text(text)
+        with pytest.raises(SparkdecError, match=words):
+            load_prompts(str(tmp_path / "p.jsonl"))
+    with pytest.raises(SparkdecError, match="cannot read it"):
+        load_prompts(str(tmp_path / "missing.jsonl"))
+
+
 def test_propose_floor_counts_what_the_propose_reads():
     """bench kernels' propose floor: the drafter's layers, norm and heads, the LM head once and W2 once per slot;
     not fc / hidden_norm (the verify graph's context write reads them) and not W1 (rows are gathered); the context

@@ -10,6 +10,7 @@ import json
 import time
 from collections import defaultdict
 
+from sparkdec.errors import SparkdecError
 from sparkdec.sampling import SamplingParams
 
 DEFAULT_PROMPTS = [
@@ -28,9 +29,23 @@ def load_prompts(path: str | None) -> list[dict]:
     """JSONL records with "prompt" (text) and optional "category"; default: a small built-in set."""
     if not path:
         return DEFAULT_PROMPTS
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [{"category": r.get("category", "all"), "prompt": r["prompt"]} for r in rows]
+    try:
+        with open(path) as f:
+            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    except OSError as exc:
+        raise SparkdecError(f"--prompts {path}: cannot read it ({exc.strerror})") from None
+    rows = []
+    for n, line in lines:
+        try:
+            rows.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise SparkdecError(f"--prompts {path}: line {n} is not JSON ({exc.msg}); give one JSON object per "
+                                "line") from None
+    bad = [n for n, r in rows if not isinstance(r, dict) or not isinstance(r.get("prompt"), str) or not r["prompt"]]
+    if bad or not rows:
+        raise SparkdecError(f"--prompts {path}: " + (f"line {bad[0]} has no \"prompt\" text" if bad else "no prompts")
+                            + '; give one {"prompt": "...", "category": "..."} object per line')
+    return [{"category": r.get("category", "all"), "prompt": r["prompt"]} for _, r in rows]
 
 
 def run_leg(engine_kwargs: dict, prompts: list[dict], params: SamplingParams, concurrency: int, spec: bool) -> dict:
