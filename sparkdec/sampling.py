@@ -62,7 +62,7 @@ class SamplingParams:
         bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias or ()
         object.__setattr__(self, "logit_bias", tuple(sorted((t, b) for t, b in bias)))  # hashable, in one order
         object.__setattr__(self, "bad_words", tuple(self.bad_words or ()))
-        if self.allowed_token_ids is not None:  # (sorted once checked: see validate)
+        if self.allowed_token_ids is not None:
             object.__setattr__(self, "allowed_token_ids", tuple(self.allowed_token_ids))
         if isinstance(self.guided, dict):
             object.__setattr__(self, "guided", Guided(**self.guided))
@@ -114,8 +114,6 @@ class SamplingParams:
                 not isinstance(t, int) or t < 0 for t in self.allowed_token_ids)):
             bad(f"allowed_token_ids must be a non-empty list of token ids (integers >= 0), got "
                 f"{list(self.allowed_token_ids)!r}")
-        if self.allowed_token_ids is not None:
-            object.__setattr__(self, "allowed_token_ids", tuple(sorted(set(self.allowed_token_ids))))
         if len({t for t, _ in self.logit_bias}) < len(self.logit_bias):
             bad("logit_bias names a token twice; give each token one bias")
         for token, bias in self.logit_bias:

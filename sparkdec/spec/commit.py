@@ -7,11 +7,11 @@ from sparkdec.engine.sequence import Sequence
 def find_stop(text: str, stops: tuple[str, ...], start: int = 0, include: bool = False) -> int:
     """Index where the earliest stop string starting at or after `start` starts in text (include: where it ends, the
     first listed of those starting there), or -1."""
-    hits = [(i, -k, len(s)) for k, s in enumerate(stops) if (i := text.find(s, start)) >= 0]
+    hits = [(i, k) for k, s in enumerate(stops) if (i := text.find(s, start)) >= 0]
     if not hits:
         return -1
-    i, _, size = max(hits, key=lambda h: (-h[0], h[1]))
-    return i + size if include else i
+    i, k = min(hits)
+    return i + len(stops[k]) if include else i
 
 
 def running_text(seq: Sequence, decode) -> str:
