@@ -53,7 +53,7 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
 class History:
     """A sequence's penalty history on the device, kept as its output grows: which tokens its prompt holds (bool [V],
     built once) and how often each occurs in its output (float32 [V], exact integers, counted as tokens come). Built
-    from the lists every round it cost 1.6-2.3 ms at 8k prompt + 4k output tokens, kept 0.003 ms (CPU,
+    from the lists every round it cost 1.5-2.3 ms at 8k prompt + 4k output tokens, kept 0.003 ms (CPU,
     scripts/history_cost.py, history_cost_cpu_2026-12-05.json)."""
 
     def __init__(self):
