@@ -32,22 +32,25 @@ def penalizes(params: SamplingParams) -> bool:
 
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],
-                   drafts: list[int], allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = (),
-                   bad_words: tuple[tuple[int, ...], ...] = (), history: History | None = None) -> torch.Tensor:
-    """logits [n, V] of rows that choose the tokens after output_ids + drafts[:k] (k = 0 .. n - 1; drafts has at least
-    n - 1 tokens) -> the processed rows [n, V] float32 (a new tensor). allowed: bool [n, V], each row's tokens under
-    guided decoding (grammar_matcher.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop
-    ids). history: the sequence's History (its prompt and output counted on the device once), else counted here."""
+                   drafts, allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = (),
+                   bad_words: tuple[tuple[int, ...], ...] = (), history: History | None = None,
+                   first: int = 0) -> torch.Tensor:
+    """logits [n, V] of rows that choose the tokens after output_ids + drafts[:first + k] (k = 0 .. n - 1; drafts has
+    at least first + n - 1 tokens: a list, or a device tensor when there are no bad words) -> the processed rows [n, V]
+    float32 (a new tensor). allowed: bool [n, V], each row's tokens under guided decoding
+    (grammar_matcher.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop ids).
+    history: the sequence's History (its prompt and output counted on the device once), else counted here."""
     n, vocab = logits.shape
     history = history or History()
-    counts = history_counts(history.output_counts(output_ids, vocab, logits.device), drafts[:n - 1], n) \
-        if penalizes(params) else None
+    counts = history_counts(history.output_counts(output_ids, vocab, logits.device), drafts[:first + n - 1], n,
+                            first) if penalizes(params) else None
     seen = history.prompt_seen(prompt_ids, vocab, logits.device) if params.repetition_penalty != 1.0 else None
     banned = None
     if bad_words:
         tail = output_ids[max(len(output_ids) - max(map(len, bad_words)), 0):]  # (a word's length back is enough)
-        banned = banned_rows(bad_words, tail + list(drafts[:n - 1]), len(tail), n)
-    return process(logits, params, counts, seen, params.min_tokens - len(output_ids), stop_ids, allowed, banned)
+        banned = banned_rows(bad_words, tail + list(drafts[:first + n - 1]), len(tail) + first, n)
+    return process(logits, params, counts, seen, params.min_tokens - len(output_ids) - first, stop_ids, allowed,
+                   banned)
 
 
 class History:
@@ -168,14 +171,16 @@ def _device(device) -> torch.device:
     return device
 
 
-def history_counts(output_counts: torch.Tensor, drafts: list[int], n: int) -> torch.Tensor:
+def history_counts(output_counts: torch.Tensor, drafts, n: int, first: int = 0) -> torch.Tensor:
     """output_counts [V] (History.output_counts) -> [n, V] float32 (exact integers): row k counts each token in the
-    output + drafts[:k]."""
-    if not drafts:
+    output + drafts[:first + k]. drafts: a list, or a device tensor (no host read)."""
+    if len(drafts) == 0:
         return output_counts[None].expand(n, -1)
-    steps = torch.zeros(n, output_counts.shape[0], device=output_counts.device)
-    steps[torch.arange(1, len(drafts) + 1, device=steps.device), torch.tensor(drafts, device=steps.device)] = 1.0
-    return output_counts[None] + steps.cumsum(dim=0)  # row k: drafts 0 .. k - 1
+    device = output_counts.device
+    ids = drafts.to(device) if isinstance(drafts, torch.Tensor) else torch.tensor(drafts, device=device)
+    steps = torch.zeros(first + n, output_counts.shape[0], device=device)
+    steps[torch.arange(1, len(ids) + 1, device=device), ids] = 1.0
+    return output_counts[None] + steps.cumsum(dim=0)[first:]  # row k: drafts 0 .. first + k - 1
 
 
 def token_mask(ids: list[int], vocab: int, device) -> torch.Tensor:

@@ -156,3 +156,28 @@ def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair, 
     assert (ahead.engine.rounds.pending is not None) == device_draws  # the rounds went one propose ahead
     alone = LLM(device="cpu", speculative=False).generate(prompts, params)
     assert [t for t, _ in got] == [o.token_ids for o in alone]
+
+
+@pytest.mark.parametrize("device_processing", [True, False])
+def test_processed_rounds_queue_the_propose_ahead_when_processed_on_the_device(spec_pair, device_processing,
+                                                                                monkeypatch):
+    """Penalized and biased requests (greedy, and exact-sampled without coupling) processed on the device with the
+    verify (round.DEVICE_PROCESSING) chain their next propose: the same rounds as the engine that does not go ahead
+    and the same tokens as plain decoding; processed after the read, they do not chain."""
+    from sparkdec.spec import coupling
+    from sparkdec.spec import round as spec_round
+
+    monkeypatch.setattr(spec_round, "DEVICE_PROCESSING", device_processing)
+    monkeypatch.setattr(coupling, "COUPLED", False)
+    ahead, plain = spec_pair
+    prompts = ["def parse(line):\n", "import os\nimport sys\n"]
+    params = [SamplingParams(max_tokens=50, ignore_eos=True, repetition_penalty=1.2, logit_bias={13: 1.0}),
+              SamplingParams(max_tokens=40, ignore_eos=True, temperature=0.8, seed=3, presence_penalty=0.5,
+                             frequency_penalty=0.2, min_tokens=5)]
+    ahead.engine.rounds.pending = None
+    got, want = traced(ahead, prompts, params), traced(plain, prompts, params)
+    assert got == want
+    assert any(x["num_accepted"] for _, r in got for x in r)
+    assert (ahead.engine.rounds.pending is not None) == device_processing
+    alone = LLM(device="cpu", speculative=False).generate(prompts, params)
+    assert [t for t, _ in got] == [o.token_ids for o in alone]

@@ -100,8 +100,11 @@ def test_speculation_leaves_processed_output_unchanged(params, monkeypatch):
     prompts = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "]
     plain = LLM(draft=None, speculative=False).generate(prompts, params)
     spec = LLM().generate(prompts, params)
+    monkeypatch.setattr(spec_round, "DEVICE_PROCESSING", False)  # the reference: rows processed after the read
+    after = LLM().generate(prompts, params)
     monkeypatch.setattr(spec_round, "PROCESSED_DRAFTS", True)  # drafts from logits rewritten as the rows will be
     assert [o.token_ids for o in LLM().generate(prompts, params)] == [o.token_ids for o in spec]
+    assert [o.token_ids for o in after] == [o.token_ids for o in spec]
     base = LLM().generate(prompts, SamplingParams(max_tokens=56, ignore_eos=True, temperature=params.temperature,
                                                   seed=params.seed))
     for a, b, c in zip(plain, spec, base):
@@ -227,3 +230,36 @@ def test_allowed_token_ids_limit_the_output_and_speculation_changes_nothing():
         SamplingParams(allowed_token_ids=[])
     with pytest.raises(InvalidSamplingParamsError, match="allowed_token_ids names token ids"):
         plain.generate([prompt], SamplingParams(allowed_token_ids=[10 ** 7]))
+
+
+def test_device_processing_gives_the_rows_and_dead_rows_of_the_read_path():
+    """spec/processed.device_processing (drafts as a device tensor, states read with the round) against
+    process_spans + read_rows (drafts from the host): the same processed rows, the same dead rows (a NaN row: not
+    the request's doing)."""
+    from types import SimpleNamespace
+
+    from sparkdec.spec.processed import dead_of, device_processing, process_spans, read_rows
+
+    torch.manual_seed(0)
+    vocab, drafts = 50, [7, 3, 7]
+    params = SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, min_tokens=6, logit_bias={2: 1.5})
+
+    def seq():
+        return SimpleNamespace(params=params, prompt_ids=[1, 3, 5], output_ids=[4, 7], guide=None, bad_words=(),
+                               history=None, eos_ids=(0,))
+    logits = torch.randn(6, vocab)
+    logits[4, 9] = float("nan")  # the second sequence's row 2
+    a, b = seq(), seq()
+    spans = [(a, 0, 2, 0), (b, 2, 4, 1)]
+    host = [drafts[:1], drafts]
+    rows = process_spans(spans, logits, host)
+    _, dead = read_rows(spans, rows, lambda s: False)
+    dev = [(a, 0, 2, torch.tensor(drafts[:1]), 0), (b, 2, 4, torch.tensor(drafts), 0)]
+    out, states = device_processing(dev)(logits)
+    assert torch.equal(out[0:2], rows[id(a)])
+    assert torch.equal(out[2:6].nan_to_num(), rows[id(b)].nan_to_num())
+    assert dead_of(dev, states.tolist()) == dead == {id(b): (2, False)}
+    # a step ahead (engine/lookahead.py): one row after the output and a token still on the device
+    ahead, _ = device_processing([(seq(), 0, 1, torch.tensor([9]), 1)])(logits[:1])
+    assert torch.equal(ahead, processed_rows(logits[:1], params, [1, 3, 5], [4, 7, 9], [], None, (0,)))
+    assert not torch.equal(ahead, processed_rows(logits[:1], params, [1, 3, 5], [4, 7], [], None, (0,)))

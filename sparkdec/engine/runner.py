@@ -113,7 +113,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None,
-               mark=None, before_read=None, draws=None):
+               mark=None, before_read=None, draws=None, process=None):
         """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
         ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
@@ -125,6 +125,8 @@ class ModelRunner:
         before waiting for it (spec/chain.py queues the next propose there).
         draws: per logit row (params, seed, position of the token): sampled rows then read back, and hand
         before_read, their drawn token (sampling.draw_tokens) in place of the argmax.
+        process(rows [R, V]) -> (rows, extra): logit processing on the device before the draws
+        (spec/processed.device_processing); extra [m] is read back last, with the rest.
         Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
         prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
@@ -139,7 +141,8 @@ class ModelRunner:
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
         if draws is not None:
-            drawn = draw_tokens(logits.tensor() if tier is not None else logits, draws)
+            drawn, extra = _drawn(logits.tensor() if tier is not None else logits, draws, process)
+            readback = tuple(readback) + extra
             if tier is not None:  # first is indexed by packed row there
                 at = to_device(logit_rows, self.device)
                 first = first.clone().index_copy_(0, at, drawn)
@@ -175,20 +178,26 @@ class ModelRunner:
         return host.tolist()
 
     @torch.inference_mode()
-    def decode_tokens(self, pieces, fill=None, draws=None) -> torch.Tensor:
+    def decode_tokens(self, pieces, fill=None, draws=None, process=None) -> torch.Tensor:
         """One row per piece (plain decoding) -> each row's token [n], on the device; no host read. draws: per row
-        (params, seed, position of the token) when some row samples (sampling.draw_tokens), else the argmax: a
-        graph's static output when a graph ran, valid until that graph replays again."""
+        (params, seed, position of the token) when some row samples or is processed (sampling.draw_tokens), else
+        the argmax: a graph's static output when a graph ran, valid until that graph replays again. process: as
+        verify's; its extra follows the tokens ([n + m])."""
         n = len(pieces)
         tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
         self.tokens_ring_slot = None  # the host ring slot the graph wrote these tokens to (graphs.RING_READBACK)
         if tier is not None:
             logits, argmax = self.graphs.run(pieces, tier, fill, advance=not draws)  # (greedy: rows moved on)
             self.tokens_ring_slot = self.graphs.ring_slot
-            return draw_tokens(logits[:n], draws) if draws else argmax[:n]
-        hidden, _ = self.target_forward(pieces, fill)
-        logits = self.logits(hidden)
-        return draw_tokens(logits, draws) if draws else logits.argmax(-1)
+            logits = logits[:n]
+        else:
+            hidden, _ = self.target_forward(pieces, fill)
+            logits = self.logits(hidden)
+            argmax = None
+        if not draws:
+            return argmax[:n] if argmax is not None else logits.argmax(-1)
+        drawn, extra = _drawn(logits, draws, process)
+        return torch.cat([drawn, *extra]) if process is not None else drawn
 
     @torch.inference_mode()
     def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None,
@@ -249,3 +258,11 @@ class ModelRunner:
         coupling = race_tensors(coupled, anchor_positions, self.device) if coupled else None
         return self.propose_rows(torch.tensor(anchors, dtype=torch.long, device=self.device), ctx, pick, greedy,
                                  coupling)
+
+
+def _drawn(rows: torch.Tensor, draws, process) -> tuple[torch.Tensor, tuple]:
+    """Each row's drawn token [R] (sampling.draw_tokens), after process when given -> (tokens, process's extra)."""
+    if process is None:
+        return draw_tokens(rows, draws), ()
+    rows, extra = process(rows)
+    return draw_tokens(rows, draws), (extra,)

@@ -40,8 +40,7 @@ def read_rows(spans, rows: dict[int, torch.Tensor], batched) -> tuple[dict[int, 
     picked = [(seq, n) for seq, _, n, _ in spans if id(seq) in rows and batched(seq)]
     draws = [(seq.params, seq.seed, seq.anchor_position + k + 1) for seq, n in picked for k in range(n)]
     tokens = [draw_tokens(torch.cat([rows[id(seq)] for seq, _ in picked]), draws)] if picked else []  # [sum n]
-    states = [torch.where(x.isnan().any(-1) | (x == float("inf")).any(-1), 2, (~x.isfinite().any(-1)).long())
-              for x in rows.values()]  # [n] each: 0 fine, 1 all -inf, 2 NaN or +inf
+    states = [row_states(x) for x in rows.values()]
     host = torch.cat(tokens + states).tolist()
     drawn, at = {}, 0
     for seq, n in picked:
@@ -53,6 +52,44 @@ def read_rows(spans, rows: dict[int, torch.Tensor], batched) -> tuple[dict[int, 
             dead[key] = bad[0]
         at += x.shape[0]
     return drawn, dead
+
+
+def row_states(x: torch.Tensor) -> torch.Tensor:
+    """processed rows [n, V] -> [n] int64: 0 fine, 1 every logit -inf (nothing to choose), 2 a NaN or +inf."""
+    return torch.where(x.isnan().any(-1) | (x == float("inf")).any(-1), 2, (~x.isfinite().any(-1)).long())
+
+
+def dead_of(spans, states: list) -> dict[int, tuple[int, bool]]:
+    """row_states read back for spans (seq, first row, rows, ...) in order -> dead_rows' dict."""
+    dead, at = {}, 0
+    for seq, _, n, *_ in spans:
+        bad = [(k, f == 1) for k, f in enumerate(states[at:at + n]) if f]
+        if bad:
+            dead[id(seq)] = bad[0]
+        at += n
+    return dead
+
+
+def on_device(seq) -> bool:
+    """Can this sequence's rows be processed on the device before the round's one read (no grammar, no bad words:
+    those need its drafts on the host)?"""
+    return rewrites(seq.params) and seq.guide is None and not seq.bad_words
+
+
+def device_processing(spans):
+    """-> process(rows) for ModelRunner.verify / decode_tokens: rows [R, V] of the packed logit rows -> (a copy with
+    the rows of spans processed, their row_states [sum n]), all on the device, so their tokens are drawn with the
+    others and read back in the round's one read. spans: (seq, first logit row, rows, drafts tensor [>= n - 1 + first]
+    or None, first): row k of a span chooses the token after the output and its drafts[:first + k]."""
+    def process(rows: torch.Tensor):
+        out, states = rows.float().clone(), []
+        for seq, r0, n, drafts, first in spans:
+            x = processed_rows(rows[r0:r0 + n], seq.params, seq.prompt_ids, seq.output_ids,
+                               drafts if drafts is not None else [], None, held_back(seq), (), history(seq), first)
+            out[r0:r0 + n] = x
+            states.append(row_states(x))
+        return out, torch.cat(states)
+    return process
 
 
 def dead_end(seq, own: bool) -> None:

@@ -41,6 +41,10 @@ GUIDED_DRAFTS: bool | None = None
 # penalty 1.3 1.89 -> 2.28, 1.05 3.16 -> 2.95, presence 0.8 + frequency 0.5 2.42 -> 2.53, sampled with repetition 1.2
 # and min_p 1.98 -> 2.25: mixed (the drafter's logits are not the target's scale), so off by default.
 PROCESSED_DRAFTS = False
+# True: rows of sequences that rewrite their logits with no grammar or bad words (spec/processed.on_device) are
+# processed and drawn on the device with the verify, read back in the round's one read (their rounds can chain);
+# False: processed after that read, their tokens read in a second one.
+DEVICE_PROCESSING = True
 
 
 class RoundRunner:
@@ -115,7 +119,13 @@ class RoundRunner:
         """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
         the ordinary sampler) and read back with it, in place of their argmax?"""
         return (DEVICE_DRAWS and not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
-                and not fused_sampler_on() and not processes(seq.params))
+                and not fused_sampler_on() and (not processes(seq.params) or self._processed_on_device(seq)))
+
+    def _processed_on_device(self, seq: Sequence) -> bool:
+        """Are this sequence's rows processed (penalties.py) on the device before the round's one read, their tokens
+        drawn there with the others' (greedy, or exact-sampled with the ordinary sampler; spec/processed.on_device)?"""
+        return (DEVICE_PROCESSING and self.simulate is None and processed.on_device(seq)
+                and (seq.params.greedy or (DEVICE_DRAWS and self.accept_mode == "exact" and not fused_sampler_on())))
 
     def _drawn_after(self, seq: Sequence) -> bool:
         """Are this sequence's processed rows (penalties.py) drawn in one batch after the readback (greedy, or
@@ -200,7 +210,8 @@ class RoundRunner:
         gamma = drafts_dev.shape[1] if spec else 0
         row_of = {id(s): i for i, s in enumerate(spec)}
         pieces, logit_rows, spans, fill_rows, fill_src, draws = [], [], [], [], [], []
-        drawn = any(self._device_draws(seq) for seq in dec)  # rows drawn with the verify: their draws
+        on_device = [self._processed_on_device(seq) for seq in dec]
+        drawn = any(on_device) or any(self._device_draws(seq) for seq in dec)  # rows drawn with the verify
         start = 0  # packed row where the next piece begins
         for seq in dec:
             i = row_of.get(id(seq))
@@ -243,15 +254,20 @@ class RoundRunner:
         prompt_from = len(dec) + len(regenerated) if prompts and context.PREFILL_KERNEL else None  # 1st prompt piece
         mark = events[2].record if events else None
         ahead = self._propose_ahead(spec, spans, drafts_dev) if self._chains(dec, spec) else None
+        dev_spans = [(seq, r0, n, drafts_dev[i] if i is not None else None, 0)
+                     for (seq, r0, n, i), on in zip(spans, on_device) if on]
+        process = processed.device_processing(dev_spans) if dev_spans else None
         logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
-                                          draws if drawn else None)
+                                          draws if drawn else None, process)
         argmax = host[0]
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
         touched, scores = [], logprobs.RoundScores()
-        rows = processed.process_spans(spans, logits, drafts) if self.simulate is None else {}
-        picks, dead = processed.read_rows(spans, rows, self._drawn_after)
+        after = [span for span, on in zip(spans, on_device) if not on]  # processed after the read, if at all
+        rows = processed.process_spans(after, logits, drafts) if self.simulate is None else {}
+        picks, dead = processed.read_rows(after, rows, self._drawn_after)
+        dead.update(processed.dead_of(dev_spans, host[-1]) if dev_spans else {})
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
@@ -297,7 +313,8 @@ class RoundRunner:
         greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
         length waits for the confidences."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
-                and all((s.params.greedy and not processes(s.params)) or (self._device_draws(s) and not self._coupled(s))
+                and all((s.params.greedy and (not processes(s.params) or self._processed_on_device(s)))
+                        or (self._device_draws(s) and not self._coupled(s))
                         for s in spec)
                 and not any(self.policy_for(s).min_confidence for s in spec) and not self._batched(spec))
 
