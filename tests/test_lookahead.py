@@ -94,6 +94,33 @@ def test_sampled_sequences_beside_greedy_ones(pair, launched):
     assert launched == [1] * 14  # sampled decoding went one step ahead
 
 
+
+def test_processed_sequences_go_one_step_ahead_with_the_rounds_tokens(pair, launched):
+    """Requests that rewrite their logits (penalties counting the token still on the device, logit_bias, min_tokens,
+    min_p; greedy and sampled) beside plain ones decode one step ahead with the ordinary round's tokens; a grammar or
+    bad words keep a request on the round."""
+    from types import SimpleNamespace
+
+    from sparkdec.spec.processed import on_device
+
+    params = [SamplingParams(max_tokens=15, repetition_penalty=1.5, frequency_penalty=0.7, logit_bias={3: 2.0}),
+              SamplingParams(max_tokens=15, ignore_eos=True),
+              SamplingParams(max_tokens=12, temperature=0.8, seed=4, presence_penalty=1.2, min_p=0.05,
+                             min_tokens=6),
+              SamplingParams(max_tokens=18, ignore_eos=True, temperature=1.1, top_k=5, seed=5, frequency_penalty=1.5)]
+    ahead, plain = pair
+    ahead.engine.lookahead.pending = None
+    got = outputs(ahead, PROMPTS[:4], params)
+    assert got == outputs(plain, PROMPTS[:4], params)
+    free = outputs(plain, PROMPTS[:1], SamplingParams(max_tokens=15))
+    assert got[0] != free[0] and len(set(got[3][0])) > 9  # (the penalties changed the tokens)
+    launched.clear()
+    ahead.generate([PROMPTS[2]], params[0])
+    assert launched == [1] * 14  # processed decoding went one step ahead
+    assert not on_device(SimpleNamespace(params=params[0], guide=None, bad_words=((3,),)))  # (their own round)
+    assert not on_device(SimpleNamespace(params=params[1], guide=None, bad_words=()))  # (nothing to process)
+
+
 ROUND_KEYS = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
 
 
@@ -162,12 +189,11 @@ def test_sampled_rounds_queue_the_propose_ahead_and_keep_every_round(spec_pair, 
 def test_processed_rounds_queue_the_propose_ahead_when_processed_on_the_device(spec_pair, device_processing,
                                                                                 monkeypatch):
     """Penalized and biased requests (greedy, and exact-sampled without coupling) processed on the device with the
-    verify (round.DEVICE_PROCESSING) chain their next propose: the same rounds as the engine that does not go ahead
+    verify (processed.DEVICE_PROCESSING) chain their next propose: the same rounds as the engine that does not go ahead
     and the same tokens as plain decoding; processed after the read, they do not chain."""
-    from sparkdec.spec import coupling
-    from sparkdec.spec import round as spec_round
+    from sparkdec.spec import coupling, processed
 
-    monkeypatch.setattr(spec_round, "DEVICE_PROCESSING", device_processing)
+    monkeypatch.setattr(processed, "DEVICE_PROCESSING", device_processing)
     monkeypatch.setattr(coupling, "COUPLED", False)
     ahead, plain = spec_pair
     prompts = ["def parse(line):\n", "import os\nimport sys\n"]

@@ -95,12 +95,13 @@ def test_min_p_keeps_only_tokens_near_the_top(targets):
     SamplingParams(max_tokens=56, ignore_eos=True, temperature=0.8, seed=5, min_p=0.1, presence_penalty=0.5),
 ])
 def test_speculation_leaves_processed_output_unchanged(params, monkeypatch):
+    from sparkdec.spec import processed
     from sparkdec.spec import round as spec_round
 
     prompts = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "]
     plain = LLM(draft=None, speculative=False).generate(prompts, params)
     spec = LLM().generate(prompts, params)
-    monkeypatch.setattr(spec_round, "DEVICE_PROCESSING", False)  # the reference: rows processed after the read
+    monkeypatch.setattr(processed, "DEVICE_PROCESSING", False)  # the reference: rows processed after the read
     after = LLM().generate(prompts, params)
     monkeypatch.setattr(spec_round, "PROCESSED_DRAFTS", True)  # drafts from logits rewritten as the rows will be
     assert [o.token_ids for o in LLM().generate(prompts, params)] == [o.token_ids for o in spec]

@@ -20,6 +20,7 @@ from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence, Status
 from sparkdec.penalties import processes
 from sparkdec.sampling import fused_sampler_on
+from sparkdec.spec import processed
 from sparkdec.spec.commit import commit_tokens
 
 
@@ -32,6 +33,7 @@ class PendingStep:
     done: torch.cuda.Event | None  # None: the copy is already complete (CPU)
     ring_slot: int | None = None  # the graphs' host ring slot the graph wrote the tokens to (graphs.RING_READBACK)
     epochs: list[int] = field(default_factory=list)  # each sequence's preemption count when the step was queued
+    processed: list[int] = field(default_factory=list)  # rows processed on the device (their states follow the tokens)
 
 
 class Lookahead:
@@ -44,12 +46,13 @@ class Lookahead:
     def takes(self, batch: Batch, speculating) -> bool:
         """Does this batch decode one step ahead (decode-only, plain, every sequence in the pending step; sampled
         rows only with the ordinary sampler: the fused one draws each sequence's rows in a call of its own; no
-        log-probabilities or logit processing)?"""
+        log-probabilities; logit processing only on the device: spec/processed.on_device)?"""
         if batch.prefill or not batch.decode:
             return False
         if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) or s.logprobs is not None
-               or processes(s.params) for s in batch.decode):
-            return False  # (a step ahead reads no logits: log-probabilities and logit processing take the round)
+               or (processes(s.params) and not (processed.DEVICE_PROCESSING and processed.on_device(s)))
+               for s in batch.decode):
+            return False  # (a step ahead reads no logits: log-probabilities, grammars and bad words take the round)
         return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)
 
     def step(self, batch: Batch) -> list[Sequence]:
@@ -70,9 +73,10 @@ class Lookahead:
             pieces = [(s.block_table, [0], [p]) for s, p in zip(seqs, positions)]
             fill = (list(range(len(seqs))), prev.tokens, src)  # step k's tokens into step k+1's rows, on the device
         # the token at position p + 1 is drawn from the row at p, keyed on p + 1 (as the ordinary round draws it)
-        draws = None if all(s.params.greedy for s in seqs) else [(s.params, s.seed, p + 1)
-                                                                   for s, p in zip(seqs, positions)]
-        self.pending = self._launch(seqs, positions, pieces, fill, draws)
+        rows = [j for j, s in enumerate(seqs) if processes(s.params)]
+        draws = None if all(s.params.greedy for s in seqs) and not rows else [(s.params, s.seed, p + 1)
+                                                                              for s, p in zip(seqs, positions)]
+        self.pending = self._launch(seqs, positions, pieces, fill, draws, self._processing(seqs, rows, prev, fill))
         return self._commit(prev) if prev is not None else []
 
     def drain(self) -> list[Sequence]:
@@ -80,25 +84,37 @@ class Lookahead:
         prev, self.pending = self.pending, None
         return self._commit(prev) if prev is not None else []
 
-    def _launch(self, seqs, positions, pieces, fill, draws) -> PendingStep:
-        tokens = self.runner.decode_tokens(pieces, fill, draws)
-        epochs = [s.preemptions for s in seqs]
+    @staticmethod
+    def _processing(seqs, rows: list[int], prev: PendingStep | None, fill):
+        """process for runner.decode_tokens: the processed sequences' rows, each after its output and, from the
+        second step on, step k's token, still on the device (spec/processed.device_processing), or None."""
+        if not rows:
+            return None
+        spans = [(seqs[j], j, 1, prev.tokens[fill[2][j]:fill[2][j] + 1] if prev is not None else None,
+                  1 if prev is not None else 0) for j in rows]
+        return processed.device_processing(spans)
+
+    def _launch(self, seqs, positions, pieces, fill, draws, process=None) -> PendingStep:
+        out = self.runner.decode_tokens(pieces, fill, draws, process)
         n = len(seqs)
-        if tokens.device.type != "cuda":
-            return PendingStep(seqs, positions, tokens, tokens, None, epochs=epochs)
+        tokens = out[:n]  # [n]; with processing, out [n + m] also holds the processed rows' states
+        epochs = [s.preemptions for s in seqs]
+        rows = [j for j, s in enumerate(seqs) if processes(s.params)] if process is not None else []
+        if out.device.type != "cuda":
+            return PendingStep(seqs, positions, tokens, out, None, epochs=epochs, processed=rows)
         slot = self.runner.tokens_ring_slot
         if slot is not None:  # the graph wrote the tokens into pinned host memory itself: no copy to queue
             done = torch.cuda.Event()
             done.record()
             return PendingStep(seqs, positions, tokens, None, done, slot, epochs)
-        if not self._host or self._host[0].numel() < n:
-            self._host = [pinned(torch.zeros(max(n, 64), dtype=torch.long)) for _ in range(2)]
+        if not self._host or self._host[0].numel() < out.numel():
+            self._host = [pinned(torch.zeros(max(out.numel(), 64), dtype=torch.long)) for _ in range(2)]
         self._flip ^= 1
-        host = self._host[self._flip][:n]
-        host.copy_(tokens, non_blocking=True)
+        host = self._host[self._flip][:out.numel()]
+        host.copy_(out, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        return PendingStep(seqs, positions, tokens, host, done, epochs=epochs)
+        return PendingStep(seqs, positions, tokens, host, done, epochs=epochs, processed=rows)
 
     def _commit(self, step: PendingStep) -> list[Sequence]:
         if step.done is not None:
@@ -107,10 +123,16 @@ class Lookahead:
             tokens = self.runner.graphs.ring_tokens(step.ring_slot, len(step.seqs))
         else:
             tokens = step.host.tolist()
+        n = len(step.seqs)
+        dead = processed.dead_of([(step.seqs[j], j, 1) for j in step.processed], tokens[n:])
         touched = []
-        for seq, pos, token, epoch in zip(step.seqs, step.positions, tokens, step.epochs):
+        for seq, pos, token, epoch in zip(step.seqs, step.positions, tokens[:n], step.epochs):
             if seq.status != Status.RUNNING or seq.finish_reason is not None or seq.preemptions != epoch:
                 continue  # finished by an earlier step, aborted or preempted since: this step's token is thrown away
+            if id(seq) in dead:  # its row had no token to choose (spec/processed.py)
+                processed.dead_end(seq, dead[id(seq)][1])
+                touched.append(seq)
+                continue
             commit_tokens(seq, [token], self.decode)
             seq.num_computed = pos + 1
             touched.append(seq)

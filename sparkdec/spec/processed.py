@@ -9,6 +9,12 @@ from sparkdec.engine.runner import rows_tensor
 from sparkdec.penalties import DraftProcessing, History, processed_rows, processes, rewrites
 from sparkdec.sampling import draw_tokens
 
+# True: rows of sequences that rewrite their logits with no grammar or bad words (on_device) are processed and drawn on
+# the device with the verify, read back in the round's one read (their rounds can chain the next propose), and plain
+# decoding runs them one step ahead (engine/lookahead.py); False: processed after that read, their tokens read in a
+# second one, and plain decoding takes the round.
+DEVICE_PROCESSING = True
+
 
 def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
     """spans: (seq, first logit row, rows, speculating index or None) -> id(seq) -> its rows processed [n, V], for

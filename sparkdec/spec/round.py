@@ -41,10 +41,6 @@ GUIDED_DRAFTS: bool | None = None
 # penalty 1.3 1.89 -> 2.28, 1.05 3.16 -> 2.95, presence 0.8 + frequency 0.5 2.42 -> 2.53, sampled with repetition 1.2
 # and min_p 1.98 -> 2.25: mixed (the drafter's logits are not the target's scale), so off by default.
 PROCESSED_DRAFTS = False
-# True: rows of sequences that rewrite their logits with no grammar or bad words (spec/processed.on_device) are
-# processed and drawn on the device with the verify, read back in the round's one read (their rounds can chain);
-# False: processed after that read, their tokens read in a second one.
-DEVICE_PROCESSING = True
 
 
 class RoundRunner:
@@ -124,7 +120,7 @@ class RoundRunner:
     def _processed_on_device(self, seq: Sequence) -> bool:
         """Are this sequence's rows processed (penalties.py) on the device before the round's one read, their tokens
         drawn there with the others' (greedy, or exact-sampled with the ordinary sampler; spec/processed.on_device)?"""
-        return (DEVICE_PROCESSING and self.simulate is None and processed.on_device(seq)
+        return (processed.DEVICE_PROCESSING and self.simulate is None and processed.on_device(seq)
                 and (seq.params.greedy or (DEVICE_DRAWS and self.accept_mode == "exact" and not fused_sampler_on())))
 
     def _drawn_after(self, seq: Sequence) -> bool:
