@@ -69,8 +69,8 @@ def make_engine(models, ctx: int, spec: bool) -> Engine:
 
 
 SAMPLED = dict(temperature=0.8, top_p=0.95, seed=7)  # the bench's sampled requests
-# the bench's processed requests (greedy, penalties.py): each round's rows processed after the readback, then a
-# second device->host read (spec/processed.py); no step ahead, no chained propose
+# the bench's processed requests (greedy, penalties.py): rows processed on the device with the round's one read, one
+# step ahead in plain decoding, the next propose chained in speculative rounds (spec/processed.DEVICE_PROCESSING)
 PROCESSED = dict(temperature=0.0, repetition_penalty=1.1, presence_penalty=0.3)
 # decode steps timed per plain request (greedy, sampled). Until session 24 the timed steps were the first of a longer
 # request, so one more forward (queued ahead, its token past the window) was counted: about 1/128 of the figure
