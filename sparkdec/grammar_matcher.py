@@ -52,6 +52,10 @@ class Matcher:
         m = self.grammar_for(GRAMMAR)
         return m.is_terminated() or m.accept_token(token)
 
+    def free(self) -> bool:
+        """Is the output inside its thinking block (no grammar until the close token)?"""
+        return self.phase == FREE
+
     def constrains_drafts(self) -> bool:
         """Is the next draft under a grammar (not inside a thinking block)?"""
         return self.phase != FREE

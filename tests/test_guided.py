@@ -212,6 +212,37 @@ def test_tool_schemas_with_definitions_and_checked_fields(engines):
         engines["plain"].generate(["x"], SamplingParams(stop_token_ids=[10 ** 7]))
 
 
+@pytest.mark.parametrize("unmasked", [True, False])
+def test_a_thinking_block_decodes_unprocessed_up_to_its_close(unmasked, monkeypatch):
+    """Inside the thinking block a guided request's rows are the model's own (processed.THINKING_UNMASKED): one read
+    a round, its propose chained, its tokens kept through the close token when drafts run past it; the same tokens as
+    rows walked through the grammar (the reference, off), speculative or plain, greedy or sampled."""
+    from sparkdec.spec import processed
+
+    cuts = []
+    real = processed.through_close
+    monkeypatch.setattr(processed, "through_close", lambda seq, t: cuts.append(len(t) - real(seq, t)) or real(seq, t))
+    params = [SamplingParams(max_tokens=90, temperature=t, seed=4,
+                             guided=Guided(regex=r" [0-9]{1,4}", thinking=("):", "Ġ="))) for t in (0.0, 0.8)]
+    prompts = ["def parse(line):", "def add(a, b):"]  # (each opens the block)
+    spec, plain = LLM(device="cpu"), LLM(draft=None, speculative=False)
+    rounds, chained = spec.engine.rounds, []
+    chains = rounds._chains
+    monkeypatch.setattr(rounds, "_chains", lambda *a: chained.append(chains(*a)) or chained[-1])
+    monkeypatch.setattr(processed, "THINKING_UNMASKED", unmasked)
+    got = [[o.token_ids for o in llm.generate(prompts, params)] for llm in (spec, plain)]
+    monkeypatch.setattr(processed, "THINKING_UNMASKED", False)
+    want = [[o.token_ids for o in llm.generate(prompts, params)] for llm in (spec, plain)]
+    assert got == want and got[0] == got[1]
+    close = spec.engine.tokenizer.token_to_id("Ġ=")
+    assert all(close in t for t in got[0])
+    assert any(cuts) if unmasked else not cuts
+    chained.clear()
+    monkeypatch.setattr(processed, "THINKING_UNMASKED", unmasked)
+    spec.generate(prompts[:1], params[0])  # (one greedy request: its rounds may chain)
+    assert any(chained) == unmasked
+
+
 def test_grammar_after_a_thinking_block(engines):
     """Guided(thinking=(open, close)): an output that begins with the open token is free up to the close token, then
     follows the grammar (newlines may come first); one that does not begin so follows it from its first token; a

@@ -51,6 +51,7 @@ class Lookahead:
             return False
         if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) or s.logprobs is not None
                or (processes(s.params) and not (processed.DEVICE_PROCESSING and processed.on_device(s)))
+               or s.guide is not None
                for s in batch.decode):
             return False  # (a step ahead reads no logits: log-probabilities, grammars and bad words take the round)
         return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)

@@ -9,7 +9,7 @@ next round keeps the queued rows of the others and proposes only the newcomers (
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,13 +24,19 @@ class PendingPropose:
     z: torch.Tensor  # [B, γ, V]
     conf: torch.Tensor  # [B, γ]
     events: list | None = None  # benchmarks: (start, proposed, verified) CUDA events, the first two recorded
+    dropped: set = field(default_factory=set)  # id(seq) of those whose round committed less than the device assumed
 
     def holds(self, seq: Sequence) -> bool:
-        return any(s is seq for s in self.seqs)
+        return id(seq) not in self.dropped and any(s is seq for s in self.seqs)
+
+    def drop(self, seq: Sequence) -> None:
+        """The sequence committed fewer tokens than the device accepted (and goes on): its queued rows are not its
+        next propose."""
+        self.dropped.add(id(seq))
 
     def take(self, spec: list[Sequence]):
         """(drafts, z, conf) rows of these sequences, in their order, or None when one of them was not proposed."""
-        where = {id(s): i for i, s in enumerate(self.seqs)}
+        where = {id(s): i for i, s in enumerate(self.seqs) if id(s) not in self.dropped}
         if any(id(s) not in where for s in spec):
             return None
         idx = [where[id(s)] for s in spec]

@@ -14,6 +14,10 @@ from sparkdec.sampling import draw_tokens
 # decoding runs them one step ahead (engine/lookahead.py); False: processed after that read, their tokens read in a
 # second one, and plain decoding takes the round.
 DEVICE_PROCESSING = True
+# True: a guided request inside its thinking block (Guided.thinking) decodes as an unprocessed one (one read, its
+# rounds chained), its round's tokens kept through the block's close token; False: its rows go through the grammar's
+# walk and the second read like any guided request's, unmasked until the close.
+THINKING_UNMASKED = True
 
 
 def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
@@ -21,7 +25,7 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
     the sequences that process their logits."""
     out = {}
     for seq, r0, n, i in spans:
-        if processes(seq.params):
+        if processes_now(seq):
             ver = drafts[i][:n - 1] if i is not None else []
             rows = rows_tensor(logits[r0:r0 + n])
             allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
@@ -76,10 +80,28 @@ def dead_of(spans, states: list) -> dict[int, tuple[int, bool]]:
     return dead
 
 
+def thinking(seq) -> bool:
+    """Is a guided sequence inside its thinking block, its rows the model's own up to the close token
+    (THINKING_UNMASKED; the round keeps its tokens through_close)?"""
+    return THINKING_UNMASKED and seq.guide is not None and seq.guide.free()
+
+
+def processes_now(seq) -> bool:
+    """Are the sequence's next rows processed: it rewrites its logits, or its grammar masks them (not thinking)?"""
+    return rewrites(seq.params) or (seq.guide is not None and not thinking(seq))
+
+
 def on_device(seq) -> bool:
-    """Can this sequence's rows be processed on the device before the round's one read (no grammar, no bad words:
-    those need its drafts on the host)?"""
-    return rewrites(seq.params) and seq.guide is None and not seq.bad_words
+    """Can this sequence's rows be processed on the device before the round's one read (no grammar masking them, no
+    bad words: those need its drafts on the host)?"""
+    return rewrites(seq.params) and (seq.guide is None or thinking(seq)) and not seq.bad_words
+
+
+def through_close(seq, tokens: list[int]) -> int:
+    """How many of a round's tokens a sequence inside a thinking block keeps: all, or through the block's close token
+    (the rows after it chose without the grammar that applies from there; the next round masks them)."""
+    close = seq.guide.close_id
+    return tokens.index(close) + 1 if close in tokens else len(tokens)
 
 
 def device_processing(spans):

@@ -115,7 +115,7 @@ class RoundRunner:
         """Are this sequence's verify rows sampled on the device with the verify (sampling.draw_tokens, exact mode,
         the ordinary sampler) and read back with it, in place of their argmax?"""
         return (DEVICE_DRAWS and not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
-                and not fused_sampler_on() and (not processes(seq.params) or self._processed_on_device(seq)))
+                and not fused_sampler_on() and (not processed.processes_now(seq) or self._processed_on_device(seq)))
 
     def _processed_on_device(self, seq: Sequence) -> bool:
         """Are this sequence's rows processed (penalties.py) on the device before the round's one read, their tokens
@@ -188,6 +188,7 @@ class RoundRunner:
         t0 = time.perf_counter()
         dec = batch.decode
         spec = [s for s in dec if speculating(s)]
+        thinking = {id(s) for s in dec if processed.thinking(s)}  # rows unmasked up to the block's close
         pending, self.pending = self.pending, None
         queued = pending.take(spec) if pending is not None and spec else None
         if queued is not None:  # proposed during the last round's readback: its events were recorded then
@@ -272,12 +273,17 @@ class RoundRunner:
             accepted = len(tokens) - 1
             end, own = dead.get(id(seq), (len(tokens), True))
             tokens = tokens[:end]  # (a row with nothing to choose: its token and the rest go, see below)
+            kept = processed.through_close(seq, tokens) if id(seq) in thinking else len(tokens)
+            tokens = tokens[:kept]  # (rows after a thinking block's close were chosen with no grammar)
             committed = commit_tokens(seq, tokens, self.decode)
+            if kept < end and self.pending is not None:  # the propose chained from all of them is not its next
+                self.pending.drop(seq)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
-                self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, end), committed, (t1 - t0, t2 - t1))
+                self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, end, kept), committed,
+                             (t1 - t0, t2 - t1))
             if end <= accepted and seq.finish_reason is None:  # its next token comes from a row with no choice
                 processed.dead_end(seq, own)
             touched.append(seq)
@@ -309,7 +315,7 @@ class RoundRunner:
         greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
         length waits for the confidences."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
-                and all((s.params.greedy and (not processes(s.params) or self._processed_on_device(s)))
+                and all((s.params.greedy and (not processed.processes_now(s) or self._processed_on_device(s)))
                         or (self._device_draws(s) and not self._coupled(s))
                         for s in spec)
                 and not any(self.policy_for(s).min_confidence for s in spec) and not self._batched(spec))
