@@ -3,6 +3,7 @@ and seeded sampled), and the kernels against their references."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -704,21 +705,24 @@ def test_bf16_logit_processing_equal_with_speculation_on_and_off():
 
 
 def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
-    """Guided decoding (sparkdec/guided.py: JSON schema, regex, choice) masks graphed bf16 verify rows after the drafts
-    before them: plain decoding's tokens, greedy and sampled, and the outputs follow their guides."""
+    """Guided decoding (sparkdec/guided.py: JSON schema, regex, choice, a regex after a thinking block the prompt
+    opened) masks graphed bf16 verify rows after the drafts before them: plain decoding's tokens, greedy and sampled,
+    and the outputs follow their guides."""
     pytest.importorskip("xgrammar")
     from sparkdec.guided import Guided
 
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                                "line": {"type": "integer", "minimum": 0, "maximum": 999}},
               "required": ["name", "line"]}
-    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n"]
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n", "def add(a, b):"]
     params = [SamplingParams(max_tokens=160, guided=Guided(json=schema, any_whitespace=False)),
               SamplingParams(max_tokens=160, temperature=0.8, seed=5, guided=Guided(regex=r"[a-z_]{1,12}\(\d{1,3}\)")),
-              SamplingParams(max_tokens=20, guided=Guided(choice=("yes", "no")))]
+              SamplingParams(max_tokens=20, guided=Guided(choice=("yes", "no"))),
+              SamplingParams(max_tokens=90, guided=Guided(regex=r" [0-9]{1,4}", thinking=("):", "Ġ=")))]  # (opened)
     runs = [LLM(device="cuda", dtype="bfloat16", speculative=spec).generate(prompts, params) for spec in (True, False)]
     assert [o.token_ids for o in runs[0]] == [o.token_ids for o in runs[1]]
     assert set(json.loads(runs[0][0].text)) == {"name", "line"} and runs[0][2].text in ("yes", "no")
+    assert re.fullmatch(r"\n*" + r" [0-9]{1,4}", runs[0][3].text.partition(" =")[2]), runs[0][3].text
 
 
 def test_prefix_cache_gives_the_cold_cache_tokens_with_graphs():
