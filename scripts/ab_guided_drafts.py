@@ -1,7 +1,8 @@
 """A/B of drafts that follow their request's rules, on the shipped pair: suite "guided" (spec/round.py GUIDED_DRAFTS:
-JSON-schema, tool-call, regex and choice requests) or "processed" (PROCESSED_DRAFTS: penalties, logit_bias, min_p,
+JSON-schema, tool-call, regex and choice requests), "forced" (FORCED_DRAFTS, the text the grammar forces drafted, on
+the same requests with GUIDED_DRAFTS off, as on CUDA) or "processed" (PROCESSED_DRAFTS: penalties, logit_bias, min_p,
 min_tokens). Tokens per round and tokens/s with the switch off and on, the tokens checked equal both ways.
-Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|processed]"""
+Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|processed]"""
 from __future__ import annotations
 
 import json
@@ -45,13 +46,15 @@ def run(llm, prompts, params) -> tuple[list, float]:
 def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
     llm = LLM(device=device)
     tok = llm.engine.tokenizer
-    if suite == "guided":
+    if suite == "forced":
+        spec_round.GUIDED_DRAFTS = False
+    if suite in ("guided", "forced"):
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
         cases = {name: SamplingParams(max_tokens=200, guided=g) for name, g in GUIDES.items()}
     else:
         prompts = CODE
         cases = {name: SamplingParams(max_tokens=200, ignore_eos=True, **kw) for name, kw in PROCESSED.items()}
-    switch = "GUIDED_DRAFTS" if suite == "guided" else "PROCESSED_DRAFTS"
+    switch = {"guided": "GUIDED_DRAFTS", "forced": "FORCED_DRAFTS"}.get(suite, "PROCESSED_DRAFTS")
     results = {}
     for name, params in cases.items():
         row = {}

@@ -14,15 +14,17 @@ START, FREE, GRAMMAR = "start", "free", "grammar"  # phases: may still open the 
 
 
 class Matcher:
-    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int, thinking=None, thinking_open=False):
+    def __init__(self, compiled, stop_ids: tuple[int, ...], vocab_size: int, thinking=None, thinking_open=False,
+                 encode=None):
         """compiled: the grammar; thinking: None, or (open id, close id, the grammar after the block, compiled);
-        thinking_open: the prompt already opened the block (the output begins inside it)."""
+        thinking_open: the prompt already opened the block (the output begins inside it); encode: text -> token ids
+        (the tokenizer's), for forced()."""
         import xgrammar as xgr
 
         def matcher(g):
             return xgr.GrammarMatcher(g, override_stop_tokens=list(stop_ids) or None)
 
-        self.vocab_size = vocab_size
+        self.vocab_size, self.encode = vocab_size, encode
         self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
         self._first = matcher(compiled)  # the grammar from the first token
         self.open_id = self.close_id = None
@@ -79,6 +81,22 @@ class Matcher:
                 walk.step(drafts[k])
         walk.undo()
         return self.unpack(bits, device)
+
+    def forced(self, limit: int) -> list[int]:
+        """Drafts for the text the grammar forces next (xgrammar's jump-forward string: a JSON key and its quotes, say),
+        as the tokenizer writes it, at most limit tokens, cut where the grammar refuses one; [] inside or before a
+        thinking block. The verify checks them like any drafts: plain decoding may write that text otherwise."""
+        if self.encode is None or self.phase != GRAMMAR or self._live.is_terminated():
+            return []
+        text = self._live.find_jump_forward_string()
+        walk, out = _Walk(self), []
+        for token in self.encode(text)[:limit] if text else ():
+            walk.step(token)
+            if walk.dead:
+                break
+            out.append(token)
+        walk.undo()
+        return out
 
     def draft_mask(self, device) -> torch.Tensor | None:
         """bool [V]: what the grammar allows for the next draft of a propose's walk (after the committed tokens and

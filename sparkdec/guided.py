@@ -102,13 +102,13 @@ class GuideCompiler:
         """A request's matcher; prompt_ids: whether its prompt already opened the thinking block."""
         compiled = self.compile(guided)
         if guided.thinking is None:
-            return Matcher(compiled, stop_ids, self.vocab_size)
+            return Matcher(compiled, stop_ids, self.vocab_size, encode=self.tokenizer.encode)
         ids = [self.tokenizer.token_to_id(t) for t in guided.thinking]
         if None in ids or max(ids) >= self.vocab_size:
             raise InvalidSamplingParamsError(f"guided thinking must name two tokens of this model's tokenizer; "
                                              f"{guided.thinking!r} are not")
         return Matcher(compiled, stop_ids, self.vocab_size, (*ids, self.compile(guided, newlines_first=True)),
-                       self.opened(prompt_ids, ids[0]))
+                       self.opened(prompt_ids, ids[0]), self.tokenizer.encode)
 
     def opened(self, prompt_ids: list[int], open_id: int) -> bool:
         """Does the prompt end with the open token (whitespace tokens after it aside)?"""

@@ -41,6 +41,10 @@ GUIDED_DRAFTS: bool | None = None
 # penalty 1.3 1.89 -> 2.28, 1.05 3.16 -> 2.95, presence 0.8 + frequency 0.5 2.42 -> 2.53, sampled with repetition 1.2
 # and min_p 1.98 -> 2.25: mixed (the drafter's logits are not the target's scale), so off by default.
 PROCESSED_DRAFTS = False
+# True: a guided sequence's first drafts are the text its grammar forces next (grammar_matcher.Matcher.forced: a JSON
+# key with its quotes and colon, say), as the tokenizer writes it, in place of the drafter's; the verify checks them as
+# ever. Not for rejection-sampled drafts, whose acceptance needs each draft drawn from the drafter's distribution.
+FORCED_DRAFTS = True
 
 
 class RoundRunner:
@@ -165,6 +169,19 @@ class RoundRunner:
         sel = to_device(inv, new[0].device)
         return tuple(torch.cat([a, b]).index_select(0, sel) if a is not None else None for a, b in zip(old, new))
 
+    def _forced(self, spec: list[Sequence], drafts: torch.Tensor, conf: torch.Tensor):
+        """(drafts [B, γ], confidences [B, γ]) with each guided sequence's first drafts replaced by the tokens its
+        grammar forces next (FORCED_DRAFTS), their confidences 1; the same tensors when none forces any."""
+        rows = [(i, f) for i, s in enumerate(spec) if s.guide is not None and not self._sampled_drafts(s)
+                and (f := s.guide.forced(drafts.shape[1]))]
+        if not rows:
+            return drafts, conf
+        drafts, conf = drafts.clone(), conf.clone()  # (not the propose graph's outputs, which the next one rewrites)
+        for i, forced in rows:
+            drafts[i, :len(forced)] = to_device(forced, drafts.device)
+            conf[i, :len(forced)] = 1.0
+        return drafts, conf
+
     def _verify_lengths(self, spec: list[Sequence], conf_dev, other_rows: int = 0) -> list[int]:
         """ℓ per sequence. Only a confidence threshold or the batch policy needs the confidences on the host before
         the verify (an extra device->host read); full-block and fixed lengths are known without them. other_rows:
@@ -201,6 +218,8 @@ class RoundRunner:
                 events[1].record()
         if events and self.device_events is not None:
             self.device_events.append(events)
+        if spec and FORCED_DRAFTS:
+            drafts_dev, conf_dev = self._forced(spec, drafts_dev, conf_dev)
         other = len(dec) - len(spec) + sum(b - a for _, a, b in batch.prefill)
         ells = self._verify_lengths(spec, conf_dev, other) if spec else []
         t1 = time.perf_counter()
