@@ -64,11 +64,12 @@
 # Session 43 ran 60 at ac84fd7 with the GPU tests of session 42's changes (6 passed; gpu_tests_*_session43.json;
 # processed requests before this session's change: plain 3.04 vs 2.42 ms/token, kernels_processed_*_session43.json),
 # then moved processed rows onto the device (one read, chained rounds, one step ahead) and let guided requests
-# decode unprocessed inside a thinking block; no machine was lent for more. Next: 61 (their GPU tests and the A/B),
-# then 1 and 25.
+# decode unprocessed inside a thinking block, and drafted the text grammars force; no machine was lent for more.
+# Next: 61 (their GPU tests and the A/B), 62, then 1 and 25.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
+# 62. (session 43) forced drafts' A/B on the tiny pair (scripts/ab_guided_drafts.py cuda forced)
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
@@ -341,6 +342,9 @@ elif [ "$1" = 61 ]; then  # (staged in session 43) processed rows on the device:
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
     -k "logit_processing or guided_decoding or lookahead or sampled" 2>&1 | grep -E "passed|failed|^E  |^FAILED" | head
   timeout 330 python scripts/ab_processing.py $OUT/processing_ab.json 2
+elif [ "$1" = 62 ]; then  # (staged in session 43) forced drafts on the tiny pair, CUDA (guided drafts off there)
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
+  timeout 150 python scripts/ab_guided_drafts.py $OUT/forced_drafts_ab_h200_tiny.json cuda forced 2>&1 | tail -4
 elif [ "$1" = 60 ]; then  # (staged in session 42) the 4B bench at 1k with processed requests' cost (plain ms/token
   # and spec ms/round with repetition + presence penalties, bench/kernels.PROCESSED)
   timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \
