@@ -353,3 +353,35 @@ def test_forced_text_is_drafted_and_changes_no_token(engines, monkeypatch):
             assert [o.token_ids for o in engines[name].generate(prompts, params)][:1] == runs[forced][0][:1]
     assert runs[True][0] == runs[False][0] and runs[True][1] < runs[False][1]
     assert all(json.loads(t) for t in [engines["spec"].engine.tokenizer.decode(runs[True][0][0])])
+
+
+def test_a_dead_row_past_a_thinking_blocks_close_is_not_the_requests(monkeypatch):
+    """A row after a thinking block's close draft that reports non-finite logits (made so here) belongs to tokens the
+    round does not keep: the request goes on and writes what it writes without it."""
+    from sparkdec.spec import processed
+
+    real, hits = processed.device_processing, []
+
+    def marked(spans):
+        process = real(spans)
+
+        def run(rows):
+            at, x, states = process(rows)
+            states, base = states.clone(), 0
+            for seq, r0, n, drafts, first in spans:
+                close = seq.guide.close_id if processed.thinking(seq) else None
+                d = drafts[:n - 1].tolist() if drafts is not None else []
+                if close in d and d.index(close) + 2 < n:
+                    states[base + d.index(close) + 2] = 2  # (a NaN row two rows past the close)
+                    hits.append(d.index(close))
+                base += n
+            return at, x, states
+        return run
+
+    llm = LLM(device="cpu")
+    params = SamplingParams(max_tokens=90, logit_bias={5: 0.0},  # (a rewrite: rows processed on the device)
+                            guided=Guided(regex=r" [0-9]{1,4}", thinking=("):", "Ġ=")))
+    want = [o.token_ids for o in llm.generate(["def parse(line):", "def add(a, b):"], params)]
+    monkeypatch.setattr(processed, "device_processing", marked)
+    got = llm.generate(["def parse(line):", "def add(a, b):"], params)
+    assert hits and [o.token_ids for o in got] == want and all(o.error is None for o in got)

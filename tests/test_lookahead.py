@@ -207,3 +207,27 @@ def test_processed_rounds_queue_the_propose_ahead_when_processed_on_the_device(s
     assert (ahead.engine.rounds.pending is not None) == device_processing
     alone = LLM(device="cpu", speculative=False).generate(prompts, params)
     assert [t for t, _ in got] == [o.token_ids for o in alone]
+
+
+def test_min_tokens_ends_a_step_ahead_where_the_round_ends():
+    """EOS pushed up by logit_bias and held back by min_tokens comes exactly after min_tokens tokens, one step ahead
+    (each row counting the token still on the device) as in the round."""
+    plain, ahead = LLM(draft=None, speculative=False, lookahead=False), LLM(draft=None, speculative=False)
+    eos = plain.engine.tokenizer.eos_token_ids[0]
+    for m in (3, 6):
+        params = SamplingParams(max_tokens=40, min_tokens=m, logit_bias={eos: 60.0})
+        got = ahead.generate(["def parse(line):\n"], params)[0].token_ids
+        assert got == plain.generate(["def parse(line):\n"], params)[0].token_ids and len(got) == m + 1
+
+
+def test_a_dropped_sequence_leaves_the_queued_propose_of_the_others():
+    """PendingPropose.drop: the dropped sequence is no longer held (it is proposed afresh), the others' rows stay."""
+    import torch
+
+    from sparkdec.spec.chain import PendingPropose
+
+    seqs = [object(), object(), object()]
+    pending = PendingPropose(seqs, torch.arange(6).view(3, 2), torch.zeros(3, 2, 4), torch.ones(3, 2))
+    pending.drop(seqs[1])
+    assert pending.holds(seqs[0]) and not pending.holds(seqs[1]) and pending.take([seqs[1]]) is None
+    assert pending.take([seqs[2], seqs[0]])[0].tolist() == [[4, 5], [0, 1]]

@@ -256,11 +256,13 @@ def test_device_processing_gives_the_rows_and_dead_rows_of_the_read_path():
     rows = process_spans(spans, logits, host)
     _, dead = read_rows(spans, rows, lambda s: False)
     dev = [(a, 0, 2, torch.tensor(drafts[:1]), 0), (b, 2, 4, torch.tensor(drafts), 0)]
-    out, states = device_processing(dev)(logits)
-    assert torch.equal(out[0:2], rows[id(a)])
+    at, out, states = device_processing(dev)(logits)
+    assert at == list(range(6)) and torch.equal(out[0:2], rows[id(a)])
     assert torch.equal(out[2:6].nan_to_num(), rows[id(b)].nan_to_num())
     assert dead_of(dev, states.tolist()) == dead == {id(b): (2, False)}
     # a step ahead (engine/lookahead.py): one row after the output and a token still on the device
-    ahead, _ = device_processing([(seq(), 0, 1, torch.tensor([9]), 1)])(logits[:1])
+    at, ahead, _ = device_processing([(seq(), 1, 1, torch.tensor([9]), 1)])(logits[:2])
+    assert at == [1] and torch.equal(ahead, processed_rows(logits[1:2], params, [1, 3, 5], [4, 7, 9], [], None, (0,)))
+    ahead = device_processing([(seq(), 0, 1, torch.tensor([9]), 1)])(logits[:1])[1]
     assert torch.equal(ahead, processed_rows(logits[:1], params, [1, 3, 5], [4, 7, 9], [], None, (0,)))
     assert not torch.equal(ahead, processed_rows(logits[:1], params, [1, 3, 5], [4, 7], [], None, (0,)))

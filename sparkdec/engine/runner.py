@@ -125,8 +125,8 @@ class ModelRunner:
         before waiting for it (spec/chain.py queues the next propose there).
         draws: per logit row (params, seed, position of the token): sampled rows then read back, and hand
         before_read, their drawn token (sampling.draw_tokens) in place of the argmax.
-        process(rows [R, V]) -> (rows, extra): logit processing on the device before the draws
-        (spec/processed.device_processing); extra [m] is read back last, with the rest.
+        process(rows [R, V]) -> (row indices, those rows processed, their states [m]): logit processing on the
+        device before the draws (spec/processed.device_processing); the states are read back last, with the rest.
         Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
         prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
@@ -261,8 +261,10 @@ class ModelRunner:
 
 
 def _drawn(rows: torch.Tensor, draws, process) -> tuple[torch.Tensor, tuple]:
-    """Each row's drawn token [R] (sampling.draw_tokens), after process when given -> (tokens, process's extra)."""
+    """Each row's drawn token [R] (sampling.draw_tokens) -> (tokens, (states [m],) or ()): the rows process rewrites
+    (spec/processed.device_processing) drawn from their processed copies (only those rows are copied)."""
+    tokens = draw_tokens(rows, draws)
     if process is None:
-        return draw_tokens(rows, draws), ()
-    rows, extra = process(rows)
-    return draw_tokens(rows, draws), (extra,)
+        return tokens, ()
+    at, x, states = process(rows)
+    return tokens.index_copy(0, to_device(at, rows.device), draw_tokens(x, [draws[r] for r in at])), (states,)

@@ -105,18 +105,20 @@ def through_close(seq, tokens: list[int]) -> int:
 
 
 def device_processing(spans):
-    """-> process(rows) for ModelRunner.verify / decode_tokens: rows [R, V] of the packed logit rows -> (a copy with
-    the rows of spans processed, their row_states [sum n]), all on the device, so their tokens are drawn with the
-    others and read back in the round's one read. spans: (seq, first logit row, rows, drafts tensor [>= n - 1 + first]
-    or None, first): row k of a span chooses the token after the output and its drafts[:first + k]."""
+    """-> process(rows) for ModelRunner.verify / decode_tokens: rows [R, V] of the packed logit rows -> (the indices
+    of the rows it processed [m] (host ints), those rows processed [m, V], their row_states [m]), all on the device,
+    so their tokens are drawn with the others' and read back in the round's one read. spans: (seq, first logit row,
+    rows, drafts tensor [>= n - 1 + first] or None, first): row k of a span chooses the token after the output and
+    its drafts[:first + k]."""
     def process(rows: torch.Tensor):
-        out, states = rows.float().clone(), []
+        at, out = [], []
         for seq, r0, n, drafts, first in spans:
-            x = processed_rows(rows[r0:r0 + n], seq.params, seq.prompt_ids, seq.output_ids,
-                               drafts if drafts is not None else [], None, held_back(seq), (), history(seq), first)
-            out[r0:r0 + n] = x
-            states.append(row_states(x))
-        return out, torch.cat(states)
+            out.append(processed_rows(rows[r0:r0 + n], seq.params, seq.prompt_ids, seq.output_ids,
+                                      drafts if drafts is not None else [], None, held_back(seq), (), history(seq),
+                                      first))
+            at += range(r0, r0 + n)
+        x = torch.cat(out)  # [m, V]
+        return at, x, row_states(x)
     return process
 
 

@@ -303,7 +303,8 @@ class RoundRunner:
             if i is not None:
                 self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, end, kept), committed,
                              (t1 - t0, t2 - t1))
-            if end <= accepted and seq.finish_reason is None:  # its next token comes from a row with no choice
+            if end <= min(accepted, kept) and seq.finish_reason is None:  # its next token's row has no choice
+                # (not a row past a thinking block's close: those were not its next rows)
                 processed.dead_end(seq, own)
             touched.append(seq)
         for seq, r, lo, hi in prompt_scored:
