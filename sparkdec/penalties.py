@@ -12,7 +12,9 @@ import functools
 
 import torch
 
+from sparkdec.row_processing import RowSpan, process_rows
 from sparkdec.sampling import SamplingParams
+from sparkdec.staging import to_device
 
 
 def processes(params: SamplingParams) -> bool:
@@ -40,17 +42,27 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
     float32 (a new tensor). allowed: bool [n, V], each row's tokens under guided decoding
     (grammar_matcher.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop ids).
     history: the sequence's History (its prompt and output counted on the device once), else counted here."""
-    n, vocab = logits.shape
+    return process_rows(logits, [row_span(logits.shape, params, prompt_ids, output_ids, drafts, allowed, stop_ids,
+                                          bad_words, history, first, logits.device)])
+
+
+def row_span(shape, params: SamplingParams, prompt_ids: list[int], output_ids: list[int], drafts,
+             allowed: torch.Tensor | None = None, stop_ids: tuple[int, ...] = (),
+             bad_words: tuple[tuple[int, ...], ...] = (), history: History | None = None, first: int = 0,
+             device=None) -> RowSpan:
+    """processed_rows' arguments for rows of shape [n, V] -> their RowSpan (row_processing.py), to process with
+    other sequences' rows in one pass."""
+    n, vocab = shape
     history = history or History()
-    counts = history_counts(history.output_counts(output_ids, vocab, logits.device), drafts[:first + n - 1], n,
-                            first) if penalizes(params) else None
-    seen = history.prompt_seen(prompt_ids, vocab, logits.device) if params.repetition_penalty != 1.0 else None
+    counts = history.output_counts(output_ids, vocab, device) if penalizes(params) else None
+    seen = history.prompt_seen(prompt_ids, vocab, device) if params.repetition_penalty != 1.0 else None
     banned = None
     if bad_words:
         tail = output_ids[max(len(output_ids) - max(map(len, bad_words)), 0):]  # (a word's length back is enough)
         banned = banned_rows(bad_words, tail + list(drafts[:first + n - 1]), len(tail) + first, n)
-    return process(logits, params, counts, seen, params.min_tokens - len(output_ids) - first, stop_ids, allowed,
-                   banned)
+    outside = _outside(params.allowed_token_ids, vocab, str(device)) if params.allowed_token_ids is not None else None
+    return RowSpan(params, n, counts, drafts[:first + n - 1], first, seen, params.min_tokens - len(output_ids) - first,
+                   stop_ids, allowed, outside, banned)
 
 
 class History:
@@ -76,7 +88,7 @@ class History:
                 or (done and output_ids[done - 1] != self.last)):
             self.counts, done = torch.zeros(vocab, device=device), 0
         if len(output_ids) > done:
-            new = torch.tensor(output_ids[done:], device=device)
+            new = to_device(output_ids[done:], device)
             self.counts.index_add_(0, new, torch.ones(len(new), device=device))  # (integer sums: exact in any order)
         self.counted, self.last = len(output_ids), output_ids[-1] if output_ids else None
         return self.counts
@@ -93,46 +105,6 @@ def banned_rows(bad_words: tuple[tuple[int, ...], ...], history: list[int], star
     return rows
 
 
-def process(logits: torch.Tensor, params: SamplingParams, counts: torch.Tensor | None, prompt_seen: torch.Tensor | None,
-            early: int, stop_ids: tuple[int, ...], allowed: torch.Tensor | None = None,
-            banned: list[list[int]] | None = None) -> torch.Tensor:
-    """logits [n, V] -> processed [n, V] float32 (a new tensor), in this order: the guided mask (allowed),
-    params.allowed_token_ids (every other token out), bad words
-    (banned: per row, the tokens it may not choose), min_tokens
-    (its first `early` rows never choose stop_ids), logit_bias, the repetition penalty (tokens counted in counts
-    [n, V] or seen in prompt_seen [V]), frequency and presence penalties (counts), min_p."""
-    x = logits.float().clone()  # [n, V]
-    n, vocab = x.shape
-    if allowed is not None:
-        x = x.masked_fill(~allowed, float("-inf"))
-    if params.allowed_token_ids is not None:
-        x = x.masked_fill(_outside(params.allowed_token_ids, vocab, str(x.device)), float("-inf"))
-    for k, ids in enumerate(banned or ()):
-        if ids:
-            x[k, torch.tensor(ids, device=x.device)] = float("-inf")
-    early = min(n, early)
-    if early > 0 and stop_ids:
-        ids = torch.tensor([t for t in stop_ids if t < vocab], dtype=torch.long, device=x.device)
-        x[:early, ids] = float("-inf")
-    if params.logit_bias:
-        ids = torch.tensor([t for t, _ in params.logit_bias], device=x.device)
-        x[:, ids] += torch.tensor([b for _, b in params.logit_bias], dtype=torch.float32, device=x.device)
-    if counts is not None:
-        if params.repetition_penalty != 1.0:
-            seen = (counts > 0) | prompt_seen[None, :]
-            rp = params.repetition_penalty
-            x = torch.where(seen, torch.where(x > 0, x / rp, x * rp), x)
-        if params.frequency_penalty:
-            x = x - params.frequency_penalty * counts
-        if params.presence_penalty:
-            x = x - params.presence_penalty * (counts > 0).float()
-    if params.min_p > 0.0 and not params.greedy:
-        scaled = x / params.temperature  # p_i / p_max = exp(scaled_i - max)
-        ratio = torch.exp(scaled - scaled.max(dim=-1, keepdim=True).values)
-        x = x.masked_fill(ratio < params.min_p, float("-inf"))  # the most likely token (ratio 1) always stays
-    return x
-
-
 class DraftProcessing:
     """A rewriting sequence's drafter logits, processed slot by slot as the verify will process the row that checks
     that slot's draft (so drafts follow the penalties, bias and min_tokens the target's rows will), with the drafts so
@@ -144,10 +116,13 @@ class DraftProcessing:
         history = history or History()
         self.counts = history.output_counts(output_ids, vocab, device)[None].clone() if penalizes(params) else None
         self.seen = history.prompt_seen(prompt_ids, vocab, device) if params.repetition_penalty != 1.0 else None
+        self.outside = _outside(params.allowed_token_ids, vocab, str(device)) \
+            if params.allowed_token_ids is not None else None
 
     def apply_(self, z: torch.Tensor, k: int) -> None:
         """z [V], slot k's logits, processed in place (slot k's history: the output and drafts 0 .. k - 1)."""
-        z.copy_(process(z[None], self.params, self.counts, self.seen, self.early - k, self.stop_ids)[0])
+        z.copy_(process_rows(z[None], [RowSpan(self.params, 1, self.counts, (), 0, self.seen, self.early - k,
+                                               self.stop_ids, None, self.outside)])[0])
 
     def drafted(self, token: torch.Tensor) -> None:
         """Count slot k's draft (a 0-dim device tensor) into the history of the slots after it."""
@@ -159,7 +134,7 @@ class DraftProcessing:
 def _outside(allowed: tuple[int, ...], vocab: int, device: str) -> torch.Tensor:
     """bool [V]: the tokens allowed_token_ids leaves out (built once per list, vocabulary and device; read only)."""
     out = torch.ones(vocab, dtype=torch.bool, device=device)
-    out[torch.tensor([t for t in allowed if t < vocab], dtype=torch.long, device=device)] = False
+    out[to_device([t for t in allowed if t < vocab], device)] = False
     return out
 
 
@@ -171,21 +146,9 @@ def _device(device) -> torch.device:
     return device
 
 
-def history_counts(output_counts: torch.Tensor, drafts, n: int, first: int = 0) -> torch.Tensor:
-    """output_counts [V] (History.output_counts) -> [n, V] float32 (exact integers): row k counts each token in the
-    output + drafts[:first + k]. drafts: a list, or a device tensor (no host read)."""
-    if len(drafts) == 0:
-        return output_counts[None].expand(n, -1)
-    device = output_counts.device
-    ids = drafts.to(device) if isinstance(drafts, torch.Tensor) else torch.tensor(drafts, device=device)
-    steps = torch.zeros(first + n, output_counts.shape[0], device=device)
-    steps[torch.arange(1, len(ids) + 1, device=device), ids] = 1.0
-    return output_counts[None] + steps.cumsum(dim=0)[first:]  # row k: drafts 0 .. first + k - 1
-
-
 def token_mask(ids: list[int], vocab: int, device) -> torch.Tensor:
     """bool [V]: which tokens occur in ids."""
     mask = torch.zeros(vocab, dtype=torch.bool, device=device)
     if ids:
-        mask[torch.tensor(ids, device=device)] = True
+        mask[to_device(ids, device)] = True
     return mask

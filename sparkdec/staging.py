@@ -37,3 +37,10 @@ def to_device(values, device) -> torch.Tensor:
     _events[slot] = torch.cuda.Event()
     _events[slot].record()
     return out
+
+
+def floats_to_device(values: list[float], device) -> torch.Tensor:
+    """values (floats) -> a float32 tensor on device, copied as to_device copies (their float64 bits as int64), each
+    rounded to float32 as torch.tensor(values, dtype=torch.float32) rounds it."""
+    bits = torch.tensor(values, dtype=torch.float64).view(torch.int64).tolist()
+    return to_device(bits, device).view(torch.float64).float()

@@ -266,3 +266,42 @@ def test_device_processing_gives_the_rows_and_dead_rows_of_the_read_path():
     ahead = device_processing([(seq(), 0, 1, torch.tensor([9]), 1)])(logits[:1])[1]
     assert torch.equal(ahead, processed_rows(logits[:1], params, [1, 3, 5], [4, 7, 9], [], None, (0,)))
     assert not torch.equal(ahead, processed_rows(logits[:1], params, [1, 3, 5], [4, 7], [], None, (0,)))
+
+
+def test_rows_processed_in_one_pass_equal_each_sequence_processed_alone():
+    """row_processing.process_rows: sequences with different rules (penalties, bias, min_p, min_tokens,
+    allowed_token_ids, bad words, a grammar's mask, none) and drafts (a list, a tensor, a step ahead) processed
+    together give each one's rows bit for bit as processing it alone."""
+    from sparkdec.penalties import row_span
+    from sparkdec.row_processing import process_rows
+
+    torch.manual_seed(1)
+    vocab = 40
+    allowed = torch.rand(3, vocab) > 0.3
+    cases = [(SamplingParams(repetition_penalty=1.4, logit_bias={3: 2.5}), [7, 9], dict()),
+             (SamplingParams(), [], dict()),
+             (SamplingParams(temperature=0.9, min_p=0.2, presence_penalty=0.7, min_tokens=9), torch.tensor([5, 5]),
+              dict(stop_ids=(0, 2))),
+             (SamplingParams(frequency_penalty=1.1, allowed_token_ids=[1, 4, 5, 9, 12]), [4], dict(first=1)),
+             (SamplingParams(repetition_penalty=0.8), [11, 3], dict(allowed=allowed, bad_words=((3, 11), (6,))))]
+    spans, alone = [], []
+    for params, drafts, extra in cases:
+        n = 1 if extra.get("first") else 3
+        logits = torch.randn(n, vocab)
+        args = (params, [1, 2, 3, 11], [3, 4, 5], drafts, extra.get("allowed"), extra.get("stop_ids", ()),
+                extra.get("bad_words", ()), None, extra.get("first", 0))
+        alone.append(processed_rows(logits, *args))
+        spans.append((logits, row_span(logits.shape, *args, device=logits.device)))
+    together = process_rows(torch.cat([x for x, _ in spans]), [s for _, s in spans])
+    assert torch.equal(together, torch.cat(alone))
+    assert torch.isneginf(together[6:9][:, [0, 2]]).all() and torch.isneginf(together[10:13, 6]).all()
+    assert set(torch.isfinite(together[9]).nonzero().view(-1).tolist()) == {1, 4, 5, 9, 12}
+    assert torch.isfinite(together[3:6]).all() and not torch.equal(together[0:3], spans[0][0])
+
+
+def test_floats_reach_the_device_rounded_as_torch_rounds_them():
+    """staging.floats_to_device (processing's per-row parameters, copied without a pageable copy on CUDA)."""
+    from sparkdec.staging import floats_to_device
+
+    values = [1.1, 0.3, 1e-8, 2.5, -100.0, 1 / 3]
+    assert torch.equal(floats_to_device(values, "cpu"), torch.tensor(values, dtype=torch.float32))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from sparkdec.engine.runner import rows_tensor
-from sparkdec.penalties import DraftProcessing, History, processed_rows, processes, rewrites
+from sparkdec.penalties import DraftProcessing, History, processed_rows, processes, rewrites, row_span
+from sparkdec.row_processing import process_rows
+from sparkdec.staging import to_device
 from sparkdec.sampling import draw_tokens
 
 # True: rows of sequences that rewrite their logits with no grammar or bad words (on_device) are processed and drawn on
@@ -111,13 +113,13 @@ def device_processing(spans):
     rows, drafts tensor [>= n - 1 + first] or None, first): row k of a span chooses the token after the output and
     its drafts[:first + k]."""
     def process(rows: torch.Tensor):
-        at, out = [], []
+        at, each = [], []
         for seq, r0, n, drafts, first in spans:
-            out.append(processed_rows(rows[r0:r0 + n], seq.params, seq.prompt_ids, seq.output_ids,
-                                      drafts if drafts is not None else [], None, held_back(seq), (), history(seq),
-                                      first))
+            each.append(row_span((n, rows.shape[1]), seq.params, seq.prompt_ids, seq.output_ids,
+                                 drafts if drafts is not None else [], None, held_back(seq), (), history(seq), first,
+                                 rows.device))
             at += range(r0, r0 + n)
-        x = torch.cat(out)  # [m, V]
+        x = process_rows(rows.index_select(0, to_device(at, rows.device)), each)  # [m, V], all in one pass
         return at, x, row_states(x)
     return process
 
