@@ -25,14 +25,21 @@ THINKING_UNMASKED = True
 def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
     """spans: (seq, first logit row, rows, speculating index or None) -> id(seq) -> its rows processed [n, V], for
     the sequences that process their logits."""
-    out = {}
+    picked, pieces, each = [], [], []
     for seq, r0, n, i in spans:
         if processes_now(seq):
             ver = drafts[i][:n - 1] if i is not None else []
             rows = rows_tensor(logits[r0:r0 + n])
             allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
-            out[id(seq)] = processed_rows(rows, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed,
-                                          held_back(seq), seq.bad_words, history(seq))
+            each.append(row_span(rows.shape, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed, held_back(seq),
+                                 seq.bad_words, history(seq), 0, rows.device))
+            picked.append((seq, n))
+            pieces.append(rows)
+    if not picked:
+        return {}
+    x, out, at = process_rows(torch.cat(pieces), each), {}, 0  # [sum n, V]: all in one pass
+    for seq, n in picked:
+        out[id(seq)], at = x[at:at + n], at + n
     return out
 
 
