@@ -53,6 +53,18 @@ def process_rows(logits: torch.Tensor, spans: list[RowSpan]) -> torch.Tensor:
     return x
 
 
+def process_batch(logits: torch.Tensor, spans: list[RowSpan]) -> torch.Tensor:
+    """process_rows for a round's sequences: on CUDA in one pass (the launches, not the bytes, cost there), on a CPU
+    one pass per sequence (its [n, V] rows stay in cache: 16 sequences of 8 rows took 0.39 s in one pass against
+    0.22 s apart on this 2-core machine, scripts/processing_ops.py). The same bits either way."""
+    if logits.is_cuda or len(spans) == 1:
+        return process_rows(logits, spans)
+    starts = [0]
+    for s in spans:
+        starts.append(starts[-1] + s.n)
+    return torch.cat([process_rows(logits[a:b], [s]) for s, a, b in zip(spans, starts, starts[1:])])
+
+
 def _min_p(span: RowSpan) -> bool:
     return span.params.min_p > 0.0 and not span.params.greedy
 

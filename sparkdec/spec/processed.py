@@ -7,7 +7,7 @@ import torch
 
 from sparkdec.engine.runner import rows_tensor
 from sparkdec.penalties import DraftProcessing, History, processed_rows, processes, rewrites, row_span
-from sparkdec.row_processing import process_rows
+from sparkdec.row_processing import process_batch
 from sparkdec.staging import to_device
 from sparkdec.sampling import draw_tokens
 
@@ -37,7 +37,7 @@ def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Ten
             pieces.append(rows)
     if not picked:
         return {}
-    x, out, at = process_rows(torch.cat(pieces), each), {}, 0  # [sum n, V]: all in one pass
+    x, out, at = process_batch(torch.cat(pieces), each), {}, 0  # [sum n, V]
     for seq, n in picked:
         out[id(seq)], at = x[at:at + n], at + n
     return out
@@ -126,7 +126,7 @@ def device_processing(spans):
                                  drafts if drafts is not None else [], None, held_back(seq), (), history(seq), first,
                                  rows.device))
             at += range(r0, r0 + n)
-        x = process_rows(rows.index_select(0, to_device(at, rows.device)), each)  # [m, V], all in one pass
+        x = process_batch(rows.index_select(0, to_device(at, rows.device)), each)  # [m, V]
         return at, x, row_states(x)
     return process
 
