@@ -38,7 +38,7 @@ def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: lis
                    bad_words: tuple[tuple[int, ...], ...] = (), history: History | None = None,
                    first: int = 0) -> torch.Tensor:
     """logits [n, V] of rows that choose the tokens after output_ids + drafts[:first + k] (k = 0 .. n - 1; drafts has
-    at least first + n - 1 tokens: a list, or a device tensor when there are no bad words) -> the processed rows [n, V]
+    at least first + n - 1 tokens: a list, or a device tensor) -> the processed rows [n, V]
     float32 (a new tensor). allowed: bool [n, V], each row's tokens under guided decoding
     (grammar_matcher.Matcher.allowed), applied first. stop_ids: the tokens min_tokens holds back (EOS, stop ids).
     history: the sequence's History (its prompt and output counted on the device once), else counted here."""
@@ -56,13 +56,14 @@ def row_span(shape, params: SamplingParams, prompt_ids: list[int], output_ids: l
     history = history or History()
     counts = history.output_counts(output_ids, vocab, device) if penalizes(params) else None
     seen = history.prompt_seen(prompt_ids, vocab, device) if params.repetition_penalty != 1.0 else None
-    banned = None
+    banned, tail, on_device = None, None, isinstance(drafts, torch.Tensor)
     if bad_words:
         tail = output_ids[max(len(output_ids) - max(map(len, bad_words)), 0):]  # (a word's length back is enough)
-        banned = banned_rows(bad_words, tail + list(drafts[:first + n - 1]), len(tail) + first, n)
+        if not on_device:
+            banned = banned_rows(bad_words, tail + list(drafts[:first + n - 1]), len(tail) + first, n)
     outside = _outside(params.allowed_token_ids, vocab, str(device)) if params.allowed_token_ids is not None else None
     return RowSpan(params, n, counts, drafts[:first + n - 1], first, seen, params.min_tokens - len(output_ids) - first,
-                   stop_ids, allowed, outside, banned)
+                   stop_ids, allowed, outside, banned, bad_words if on_device else (), tail)
 
 
 class History:

@@ -26,7 +26,9 @@ class RowSpan:
     stop_ids: tuple[int, ...] = ()
     allowed: torch.Tensor | None = None  # bool [n, V]: the grammar's tokens per row (guided decoding)
     outside: torch.Tensor | None = None  # bool [V]: the tokens allowed_token_ids leaves out
-    banned: list[list[int]] | None = None  # per row, the tokens bad words forbid there
+    banned: list[list[int]] | None = None  # per row, the tokens bad words forbid there (drafts on the host)
+    bad_words: tuple[tuple[int, ...], ...] = ()  # with drafts on the device: the words, matched there
+    tail: list[int] | None = None  # ... against the output's last tokens (a word's length back) and the drafts
 
     @property
     def penalizes(self) -> bool:
@@ -42,6 +44,7 @@ def process_rows(logits: torch.Tensor, spans: list[RowSpan]) -> torch.Tensor:
     _mask_rows(x, spans, lambda s: s.allowed, invert=True)
     _mask_rows(x, spans, lambda s: s.outside[None].expand(s.n, -1) if s.outside is not None else None)
     _set_pairs(x, spans)
+    _ban_on_device(x, spans)
     if any(s.penalizes for s in spans):
         x = _penalized(x, spans)
     if any(_min_p(s) for s in spans):
@@ -107,6 +110,29 @@ def _set_pairs(x: torch.Tensor, spans: list[RowSpan]) -> None:
     if bias:
         at = (to_device(bias_rows, x.device), to_device(bias_cols, x.device))
         x[at] += floats_to_device(bias, x.device)
+
+
+def _ban_on_device(x: torch.Tensor, spans: list[RowSpan]) -> None:
+    """Bad words (penalties.banned_rows' rule) for spans whose drafts are on the device: row k forbids a word's last
+    token where its other tokens end the row's history (the tail, then drafts[:first + k]); no host read."""
+    start = 0
+    for s in spans:
+        if s.bad_words:
+            history = torch.cat([to_device(s.tail, x.device), s.drafts.reshape(-1)[:s.first + s.n - 1]])
+            ends = [len(s.tail) + s.first + k for k in range(s.n)]  # row k's history length
+            for w in s.bad_words:
+                rows = to_device([start + k for k in range(s.n)], x.device)
+                cols = torch.full((s.n,), w[-1], dtype=torch.long, device=x.device)
+                if len(w) == 1:
+                    x[rows, cols] = NEG
+                    continue
+                if history.numel() == 0:
+                    continue  # (nothing before the rows: no word of several tokens can end there)
+                at = [[max(e - len(w) + 1 + j, 0) for j in range(len(w) - 1)] for e in ends]  # [n, len(w) - 1]
+                match = (history[to_device(at, x.device)] == to_device(list(w[:-1]), x.device)).all(-1)
+                match &= to_device([e >= len(w) - 1 for e in ends], x.device).bool()
+                x[rows, cols] = torch.where(match, NEG, x[rows, cols])
+        start += s.n
 
 
 def _penalized(x: torch.Tensor, spans: list[RowSpan]) -> torch.Tensor:

@@ -97,8 +97,8 @@ def test_sampled_sequences_beside_greedy_ones(pair, launched):
 
 def test_processed_sequences_go_one_step_ahead_with_the_rounds_tokens(pair, launched):
     """Requests that rewrite their logits (penalties counting the token still on the device, logit_bias, min_tokens,
-    min_p; greedy and sampled) beside plain ones decode one step ahead with the ordinary round's tokens; a grammar or
-    bad words keep a request on the round."""
+    min_p; greedy and sampled) beside plain ones decode one step ahead with the ordinary round's tokens; a grammar
+    keeps a request on the round."""
     from types import SimpleNamespace
 
     from sparkdec.spec.processed import on_device
@@ -117,7 +117,9 @@ def test_processed_sequences_go_one_step_ahead_with_the_rounds_tokens(pair, laun
     launched.clear()
     ahead.generate([PROMPTS[2]], params[0])
     assert launched == [1] * 14  # processed decoding went one step ahead
-    assert not on_device(SimpleNamespace(params=params[0], guide=None, bad_words=((3,),)))  # (their own round)
+    assert on_device(SimpleNamespace(params=params[0], guide=None, bad_words=((3,), (4, 5))))  # (matched there)
+    masked = SimpleNamespace(params=params[0], guide=SimpleNamespace(free=lambda: False), bad_words=())
+    assert not on_device(masked)  # (a grammar's masks need the drafts on the host: the round)
     assert not on_device(SimpleNamespace(params=params[1], guide=None, bad_words=()))  # (nothing to process)
 
 

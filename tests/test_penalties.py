@@ -168,7 +168,9 @@ def test_min_tokens_holds_back_stop_ids_and_stop_strings():
 @pytest.mark.skipif(not SHIPPED, reason="no shipped pair")
 def test_bad_words_never_appear():
     """bad_words (vLLM's rule: each word's tokens, as written and after a space, never all generated in a row); the
-    same tokens with speculation on and off."""
+    same tokens with speculation on and off, matched on the device or on the host."""
+    from sparkdec.spec import processed
+
     plain, spec = LLM(draft=None, speculative=False), LLM()
     prompts = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "]
     base = spec.generate(prompts, SamplingParams(max_tokens=60))
@@ -177,6 +179,11 @@ def test_bad_words_never_appear():
         params = SamplingParams(max_tokens=60, temperature=temperature, seed=6, bad_words=["line", "argparse", "Parse a"])
         outs = spec.generate(prompts, params)
         assert [o.token_ids for o in outs] == [o.token_ids for o in plain.generate(prompts, params)]
+        processed.DEVICE_PROCESSING = False  # the reference: the words matched on the host, after the read
+        try:
+            assert [o.token_ids for o in spec.generate(prompts, params)] == [o.token_ids for o in outs]
+        finally:
+            processed.DEVICE_PROCESSING = True
         words = spec.engine.bad_word_ids(params.bad_words)
         assert any(len(w) > 1 for w in words)  # a word of several tokens is banned as a run
         for o in outs:
@@ -194,6 +201,14 @@ def test_banned_rows_follow_each_rows_history():
     assert [sorted(r) for r in rows] == [[3, 9, 9], [9, 9], [9]]
     x = processed_rows(torch.zeros(3, 12), SamplingParams(), [], [5, 7], [7, 9], bad_words=words)
     assert [torch.isinf(r).nonzero().flatten().tolist() for r in x] == [[3, 9], [9], [9]]
+    # the drafts on the device (row_processing matches the words there), a step ahead, and nothing before the rows
+    assert torch.equal(processed_rows(torch.zeros(3, 12), SamplingParams(), [], [5, 7], torch.tensor([7, 9]),
+                                      bad_words=words), x)
+    ahead = processed_rows(torch.zeros(1, 12), SamplingParams(), [], [5], torch.tensor([7]), bad_words=words, first=1)
+    assert torch.equal(ahead, processed_rows(torch.zeros(1, 12), SamplingParams(), [], [5, 7], [], bad_words=words))
+    assert torch.equal(processed_rows(torch.zeros(2, 12), SamplingParams(), [], [], torch.tensor([5]),
+                                      bad_words=words), processed_rows(torch.zeros(2, 12), SamplingParams(), [], [], [5],
+                                                                       bad_words=words))
 
 
 def test_the_device_history_counts_what_a_fresh_count_gives():

@@ -11,7 +11,7 @@ from sparkdec.row_processing import process_batch
 from sparkdec.staging import to_device
 from sparkdec.sampling import draw_tokens
 
-# True: rows of sequences that rewrite their logits with no grammar or bad words (on_device) are processed and drawn on
+# True: rows of sequences that rewrite their logits with no grammar masking them (on_device) are processed and drawn on
 # the device with the verify, read back in the round's one read (their rounds can chain the next propose), and plain
 # decoding runs them one step ahead (engine/lookahead.py); False: processed after that read, their tokens read in a
 # second one, and plain decoding takes the round.
@@ -101,9 +101,9 @@ def processes_now(seq) -> bool:
 
 
 def on_device(seq) -> bool:
-    """Can this sequence's rows be processed on the device before the round's one read (no grammar masking them, no
-    bad words: those need its drafts on the host)?"""
-    return rewrites(seq.params) and (seq.guide is None or thinking(seq)) and not seq.bad_words
+    """Can this sequence's rows be processed on the device before the round's one read (no grammar masking them: its
+    masks need the drafts on the host)?"""
+    return rewrites(seq.params) and (seq.guide is None or thinking(seq))
 
 
 def through_close(seq, tokens: list[int]) -> int:
@@ -123,8 +123,8 @@ def device_processing(spans):
         at, each = [], []
         for seq, r0, n, drafts, first in spans:
             each.append(row_span((n, rows.shape[1]), seq.params, seq.prompt_ids, seq.output_ids,
-                                 drafts if drafts is not None else [], None, held_back(seq), (), history(seq), first,
-                                 rows.device))
+                                 drafts if drafts is not None else [], None, held_back(seq), seq.bad_words,
+                                 history(seq), first, rows.device))
             at += range(r0, r0 + n)
         x = process_batch(rows.index_select(0, to_device(at, rows.device)), each)  # [m, V]
         return at, x, row_states(x)
