@@ -692,16 +692,26 @@ def test_bf16_logprobs_equal_with_speculation_on_and_off():
 
 
 def test_bf16_logit_processing_equal_with_speculation_on_and_off():
-    """Penalties, logit_bias and min_p (sparkdec/penalties.py) on graphed bf16 verify rows, each processed with the
-    drafts before it, give plain decoding's tokens, greedy and sampled, next to requests that process nothing."""
-    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n"]
+    """Penalties, logit_bias, min_p, bad words and min_tokens (sparkdec/penalties.py, processed on the device in one
+    pass) on graphed bf16 verify rows, each processed with the drafts before it, give plain decoding's tokens (one
+    step ahead), greedy and sampled, next to requests that process nothing."""
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n", "def parse(line):\n"]
     params = [SamplingParams(max_tokens=120, ignore_eos=True, repetition_penalty=1.2, logit_bias={13: 1.5}),
               SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, seed=5, min_p=0.05,
                              presence_penalty=0.6, frequency_penalty=0.3),
-              SamplingParams(max_tokens=120, ignore_eos=True)]
+              SamplingParams(max_tokens=120, ignore_eos=True),
+              SamplingParams(max_tokens=120, ignore_eos=True, bad_words=["line", "Parse a"], min_tokens=30)]
+    from sparkdec.spec import processed
+
     runs = [[o.token_ids for o in LLM(device="cuda", dtype="bfloat16", speculative=spec).generate(prompts, params)]
             for spec in (True, False)]
     assert runs[0] == runs[1]
+    processed.DEVICE_PROCESSING = False  # the reference: rows processed after the read
+    try:
+        after = LLM(device="cuda", dtype="bfloat16").generate(prompts, params)
+    finally:
+        processed.DEVICE_PROCESSING = True
+    assert [o.token_ids for o in after] == runs[0]
 
 
 def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
