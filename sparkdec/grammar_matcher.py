@@ -88,7 +88,10 @@ class Matcher:
         thinking block. The verify checks them like any drafts: plain decoding may write that text otherwise."""
         if self.encode is None or self.phase != GRAMMAR or self._live.is_terminated():
             return []
-        text = self._live.find_jump_forward_string()
+        try:
+            text = self._live.find_jump_forward_string()
+        except UnicodeDecodeError:  # (forced bytes that end inside a character: "北京" / "南京" share their first)
+            return []
         walk, out = _Walk(self), []
         for token in self.encode(text)[:limit] if text else ():
             walk.step(token)

@@ -114,25 +114,40 @@ def _set_pairs(x: torch.Tensor, spans: list[RowSpan]) -> None:
 
 def _ban_on_device(x: torch.Tensor, spans: list[RowSpan]) -> None:
     """Bad words (penalties.banned_rows' rule) for spans whose drafts are on the device: row k forbids a word's last
-    token where its other tokens end the row's history (the tail, then drafts[:first + k]); no host read."""
+    token where its other tokens end the row's history (the tail, then drafts[:first + k]); no host read, one
+    host->device copy per span (the pinned ring must not fill within a pass: staging.RING)."""
     start = 0
     for s in spans:
         if s.bad_words:
-            history = torch.cat([to_device(s.tail, x.device), s.drafts.reshape(-1)[:s.first + s.n - 1]])
-            ends = [len(s.tail) + s.first + k for k in range(s.n)]  # row k's history length
-            for w in s.bad_words:
-                rows = to_device([start + k for k in range(s.n)], x.device)
-                cols = torch.full((s.n,), w[-1], dtype=torch.long, device=x.device)
-                if len(w) == 1:
-                    x[rows, cols] = NEG
-                    continue
-                if history.numel() == 0:
-                    continue  # (nothing before the rows: no word of several tokens can end there)
-                at = [[max(e - len(w) + 1 + j, 0) for j in range(len(w) - 1)] for e in ends]  # [n, len(w) - 1]
-                match = (history[to_device(at, x.device)] == to_device(list(w[:-1]), x.device)).all(-1)
-                match &= to_device([e >= len(w) - 1 for e in ends], x.device).bool()
-                x[rows, cols] = torch.where(match, NEG, x[rows, cols])
+            _ban_span(x, s, start)
         start += s.n
+
+
+def _ban_span(x: torch.Tensor, s: RowSpan, start: int) -> None:
+    """_ban_on_device for one span: each (word, row) entry checks the word's other tokens at the row's history end;
+    a (row, token) pair is banned when any of its entries matches (pairs are unique: no write races another)."""
+    width = max(len(w) for w in s.bad_words) - 1  # the longest word's other tokens
+    pairs: dict[tuple[int, int], int] = {}
+    entries = []  # per (word, row): history positions [width], wanted tokens [width] (-1: none), valid, pair
+    for w in s.bad_words:
+        for k in range(s.n):
+            end = len(s.tail) + s.first + k  # row k's history length
+            at = [max(end - len(w) + 1 + j, 0) for j in range(len(w) - 1)] + [0] * (width + 1 - len(w))
+            want = list(w[:-1]) + [-1] * (width + 1 - len(w))
+            pair = pairs.setdefault((start + k, w[-1]), len(pairs))
+            entries.append(at + want + [int(end >= len(w) - 1), pair])
+    flat = to_device(list(s.tail) + [v for e in entries for v in e] + [r for r, _ in pairs] + [c for _, c in pairs],
+                     x.device)
+    tail, rest = flat[:len(s.tail)], flat[len(s.tail):]
+    table = rest[:len(entries) * (2 * width + 2)].view(len(entries), 2 * width + 2)
+    rows, cols = rest[table.numel():].view(2, len(pairs))
+    history = torch.cat([tail, s.drafts.reshape(-1)[:s.first + s.n - 1]])
+    if history.numel() == 0:
+        history = torch.full((1,), -1, dtype=torch.long, device=x.device)  # (nothing before: only one-token words)
+    want = table[:, width:2 * width]
+    match = ((history[table[:, :width]] == want) | (want < 0)).all(-1) & (table[:, 2 * width] == 1)  # [entries]
+    hits = torch.zeros(len(pairs), device=x.device).index_add_(0, table[:, 2 * width + 1], match.float())
+    x[rows, cols] = torch.where(hits > 0, NEG, x[rows, cols])
 
 
 def _penalized(x: torch.Tensor, spans: list[RowSpan]) -> torch.Tensor:

@@ -355,9 +355,11 @@ def test_forced_text_is_drafted_and_changes_no_token(engines, monkeypatch):
     assert all(json.loads(t) for t in [engines["spec"].engine.tokenizer.decode(runs[True][0][0])])
 
 
-def test_a_dead_row_past_a_thinking_blocks_close_is_not_the_requests(monkeypatch):
-    """A row after a thinking block's close draft that reports non-finite logits (made so here) belongs to tokens the
-    round does not keep: the request goes on and writes what it writes without it."""
+@pytest.mark.parametrize("past", [1, 2])
+def test_a_dead_row_past_a_thinking_blocks_close_is_not_the_requests(past, monkeypatch):
+    """A row after a thinking block's close draft that reports non-finite logits (made so here) was chosen without
+    the grammar: the row right after the close is done again under it next round, later ones belong to tokens the
+    round does not keep. The request goes on and writes what it writes without them."""
     from sparkdec.spec import processed
 
     real, hits = processed.device_processing, []
@@ -371,8 +373,8 @@ def test_a_dead_row_past_a_thinking_blocks_close_is_not_the_requests(monkeypatch
             for seq, r0, n, drafts, first in spans:
                 close = seq.guide.close_id if processed.thinking(seq) else None
                 d = drafts[:n - 1].tolist() if drafts is not None else []
-                if close in d and d.index(close) + 2 < n:
-                    states[base + d.index(close) + 2] = 2  # (a NaN row two rows past the close)
+                if close in d and d.index(close) + past < n:
+                    states[base + d.index(close) + past] = 2  # (a NaN row past the close)
                     hits.append(d.index(close))
                 base += n
             return at, x, states
@@ -385,3 +387,19 @@ def test_a_dead_row_past_a_thinking_blocks_close_is_not_the_requests(monkeypatch
     monkeypatch.setattr(processed, "device_processing", marked)
     got = llm.generate(["def parse(line):", "def add(a, b):"], params)
     assert hits and [o.token_ids for o in got] == want and all(o.error is None for o in got)
+
+
+def test_forced_text_that_ends_inside_a_character_drafts_nothing_forced():
+    """Choices that share a character's first byte leave xgrammar a forced text it cannot decode: no forced drafts,
+    and the request decodes as plain decoding does."""
+    guided = Guided(json={"type": "object", "properties": {"city": {"enum": ["北京", "南京"]}}, "required": ["city"]},
+                    any_whitespace=False)
+    llm = LLM(device="cpu")
+    matcher = llm.engine.guide_for([1, 2], SamplingParams(guided=guided))
+    for token in llm.engine.tokenizer.encode('{"city": "'):
+        matcher.accept(token)
+    assert matcher.forced(8) == []
+    params = SamplingParams(max_tokens=30, guided=guided)
+    out = llm.generate(["The capital is"], params)[0]
+    assert out.token_ids == LLM(draft=None, speculative=False).generate(["The capital is"], params)[0].token_ids
+    assert json.loads(out.text)["city"] in ("北京", "南京")

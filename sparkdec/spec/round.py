@@ -294,17 +294,18 @@ class RoundRunner:
             tokens = tokens[:end]  # (a row with nothing to choose: its token and the rest go, see below)
             kept = processed.through_close(seq, tokens) if id(seq) in thinking else len(tokens)
             tokens = tokens[:kept]  # (rows after a thinking block's close were chosen with no grammar)
+            # the row after a thinking block's close is masked next round: not dead yet, whatever it held here
+            closed = id(seq) in thinking and tokens[-1:] == [seq.guide.close_id]
             committed = commit_tokens(seq, tokens, self.decode)
-            if kept < end and self.pending is not None:  # the propose chained from all of them is not its next
-                self.pending.drop(seq)
+            if len(tokens) <= accepted and seq.finish_reason is None and self.pending is not None:
+                self.pending.drop(seq)  # (the propose chained from all its accepted tokens is not its next)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
                 self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, end, kept), committed,
                              (t1 - t0, t2 - t1))
-            if end <= min(accepted, kept) and seq.finish_reason is None:  # its next token's row has no choice
-                # (not a row past a thinking block's close: those were not its next rows)
+            if end <= min(accepted, kept) and not closed and seq.finish_reason is None:  # its next row has no choice
                 processed.dead_end(seq, own)
             touched.append(seq)
         for seq, r, lo, hi in prompt_scored:
