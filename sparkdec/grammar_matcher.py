@@ -90,8 +90,8 @@ class Matcher:
             return []
         try:
             text = self._live.find_jump_forward_string()
-        except UnicodeDecodeError:  # (forced bytes that end inside a character: "北京" / "南京" share their first)
-            return []
+        except (UnicodeDecodeError, RuntimeError):  # (bytes that end inside a character: "北京" / "南京" share one)
+            return []  # (drafts are only proposals: none is better than failing the requests in flight)
         walk, out = _Walk(self), []
         for token in self.encode(text)[:limit] if text else ():
             walk.step(token)
