@@ -106,6 +106,20 @@ def on_device(seq) -> bool:
     return rewrites(seq.params) and (seq.guide is None or thinking(seq))
 
 
+def settle(seq, tokens: list[int], dead: dict, thinking: bool) -> tuple[list[int], bool | None]:
+    """A round's accepted tokens (drafts + bonus) -> (those it commits, and None, or whether it is the request's own
+    doing when its next row has no token to choose: dead_end). A row with nothing to choose (dead_rows) ends them
+    before its token; inside a thinking block they end at its close token (through_close), and the row right after
+    the close is not dead yet: the next round masks it with the grammar."""
+    accepted = len(tokens) - 1
+    end, own = dead.get(id(seq), (len(tokens), True))
+    tokens = tokens[:end]
+    if thinking:
+        tokens = tokens[:through_close(seq, tokens)]
+    closed = thinking and tokens[-1:] == [seq.guide.close_id]
+    return tokens, own if end <= accepted and end == len(tokens) and not closed else None
+
+
 def through_close(seq, tokens: list[int]) -> int:
     """How many of a round's tokens a sequence inside a thinking block keeps: all, or through the block's close token
     (the rows after it chose without the grammar that applies from there; the next round masks them)."""

@@ -290,12 +290,7 @@ class RoundRunner:
                                  picks.get(id(seq)))
             s = seq.anchor_position
             accepted = len(tokens) - 1
-            end, own = dead.get(id(seq), (len(tokens), True))
-            tokens = tokens[:end]  # (a row with nothing to choose: its token and the rest go, see below)
-            kept = processed.through_close(seq, tokens) if id(seq) in thinking else len(tokens)
-            tokens = tokens[:kept]  # (rows after a thinking block's close were chosen with no grammar)
-            # the row after a thinking block's close is masked next round: not dead yet, whatever it held here
-            closed = id(seq) in thinking and tokens[-1:] == [seq.guide.close_id]
+            tokens, stuck = processed.settle(seq, tokens, dead, id(seq) in thinking)
             committed = commit_tokens(seq, tokens, self.decode)
             if len(tokens) <= accepted and seq.finish_reason is None and self.pending is not None:
                 self.pending.drop(seq)  # (the propose chained from all its accepted tokens is not its next)
@@ -303,10 +298,10 @@ class RoundRunner:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
             if i is not None:
-                self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, end, kept), committed,
+                self._record(seq, s, drafts[i], conf[i], n - 1, min(accepted, len(tokens)), committed,
                              (t1 - t0, t2 - t1))
-            if end <= min(accepted, kept) and not closed and seq.finish_reason is None:  # its next row has no choice
-                processed.dead_end(seq, own)
+            if stuck is not None and seq.finish_reason is None:  # its next token's row has no choice
+                processed.dead_end(seq, stuck)
             touched.append(seq)
         for seq, r, lo, hi in prompt_scored:
             scores.prompt(seq, logits[r:r + hi - lo], lo, hi)
