@@ -8,9 +8,31 @@ follows the grammar from its first token.
 """
 from __future__ import annotations
 
+import functools
+import logging
+
 import torch
 
 START, FREE, GRAMMAR = "start", "free", "grammar"  # phases: may still open the block / inside it / under the grammar
+log = logging.getLogger(__name__)
+
+
+def _guarded(default):
+    """An xgrammar failure in one request's matcher ends that request, not the engine step of every request: the
+    method returns `default` (no mask, no forced drafts; accept refuses, so Sequence.append fails the request with
+    `fault` before it commits a token) from then on."""
+    def wrap(method):
+        @functools.wraps(method)
+        def guarded(self, *args, **kwargs):
+            if self.fault is None:
+                try:
+                    return method(self, *args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 (xgrammar raises RuntimeError, ValueError, ...)
+                    log.warning("guided decoding failed in xgrammar: %r", exc)
+                    self.fault = f"guided decoding failed in the grammar engine: {type(exc).__name__}: {exc}"
+            return default
+        return guarded
+    return wrap
 
 
 class Matcher:
@@ -25,6 +47,7 @@ class Matcher:
             return xgr.GrammarMatcher(g, override_stop_tokens=list(stop_ids) or None)
 
         self.vocab_size, self.encode = vocab_size, encode
+        self.fault: str | None = None  # an xgrammar failure (_guarded): the request ends at its next token
         self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
         self._first = matcher(compiled)  # the grammar from the first token
         self.open_id = self.close_id = None
@@ -40,6 +63,7 @@ class Matcher:
         """The matcher a phase's tokens go to (None inside the block)."""
         return None if phase == FREE else self._live
 
+    @_guarded(False)
     def accept(self, token: int) -> bool:
         """A committed token -> False if the grammar refuses it (its mask allowed it: an xgrammar fault)."""
         if self.phase == FREE:
@@ -62,6 +86,7 @@ class Matcher:
         """Is the next draft under a grammar (not inside a thinking block)?"""
         return self.phase != FREE
 
+    @_guarded(None)
     def allowed(self, drafts: list[int], n: int, device) -> torch.Tensor | None:
         """bool [n, V]: row k's allowed tokens after the committed tokens and drafts[:k], or None when every row is
         free (inside a thinking block that no draft closes). Rows past a draft the grammar refuses (or past its end)
@@ -82,6 +107,7 @@ class Matcher:
         walk.undo()
         return self.unpack(bits, device)
 
+    @_guarded([])
     def forced(self, limit: int) -> list[int]:
         """Drafts for the text the grammar forces next (xgrammar's jump-forward string: a JSON key and its quotes, say),
         as the tokenizer writes it, at most limit tokens, cut where the grammar refuses one; [] inside or before a
@@ -101,6 +127,7 @@ class Matcher:
         walk.undo()
         return out
 
+    @_guarded(None)
     def draft_mask(self, device) -> torch.Tensor | None:
         """bool [V]: what the grammar allows for the next draft of a propose's walk (after the committed tokens and
         the drafts so far), or None when that slot is free."""
@@ -109,11 +136,13 @@ class Matcher:
         self._bits[:1].fill_(-1)
         return self.unpack(self._bits[:1], device)[0] if self._walk.mask_into(self._bits, 0) else None
 
+    @_guarded(None)
     def draft(self, token: int) -> None:
         if self._walk is None:
             self._walk = _Walk(self)
         self._walk.step(token)
 
+    @_guarded(None)
     def undo_drafts(self) -> None:
         if self._walk is not None:
             self._walk.undo()

@@ -403,3 +403,26 @@ def test_forced_text_that_ends_inside_a_character_drafts_nothing_forced():
     out = llm.generate(["The capital is"], params)[0]
     assert out.token_ids == LLM(draft=None, speculative=False).generate(["The capital is"], params)[0].token_ids
     assert json.loads(out.text)["city"] in ("北京", "南京")
+
+
+def test_a_grammar_engine_failure_ends_only_its_request(monkeypatch):
+    """xgrammar raising inside one request's matcher (made so here) fails that request with a message naming the
+    fault, before it commits a token the grammar did not check; the request beside it writes what it writes alone."""
+    from sparkdec import grammar_matcher
+
+    llm = LLM(device="cpu")
+    eng, params = llm.engine, SamplingParams(max_tokens=40, guided=GUIDES[1])
+    alone = llm.generate([PROMPTS[1]], params)[0].token_ids
+    victim = eng.add_request(PROMPTS[0], params)
+    other = eng.add_request(PROMPTS[1], params)
+    real = grammar_matcher._Walk.mask_into
+
+    def failing(walk, bits, row):
+        if walk.o is victim.guide and len(victim.output_ids) >= 2:
+            raise RuntimeError("mask failed")
+        return real(walk, bits, row)
+    monkeypatch.setattr(grammar_matcher._Walk, "mask_into", failing)
+    while eng.has_unfinished():
+        eng.step()
+    assert victim.finish_reason == "error" and "mask failed" in victim.error and not victim.error_own
+    assert len(victim.output_ids) >= 2 and other.error is None and other.output_ids == alone

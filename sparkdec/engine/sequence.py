@@ -153,7 +153,8 @@ class Sequence:
     def append(self, token: int) -> bool:
         """Commit one token; returns True when it ends the sequence (EOS, stop id, length)."""
         if self.guide is not None and not self.guide.accept(token):  # (not committed: the grammar's own mask allowed it)
-            self.fail(f"guided decoding: the grammar refused token {token}, which its mask allowed", own=False)
+            fault = getattr(self.guide, "fault", None)  # (xgrammar failed in it: grammar_matcher._guarded)
+            self.fail(fault or f"guided decoding: the grammar refused token {token}, which its mask allowed", own=False)
             return True
         self.output_ids.append(token)
         p = self.params
