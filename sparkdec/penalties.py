@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from sparkdec.row_processing import RowSpan, process_rows
+from sparkdec.row_processing import RowSpan, penalizes, process_rows
 from sparkdec.sampling import SamplingParams
 from sparkdec.staging import to_device
 
@@ -27,10 +27,6 @@ def rewrites(params: SamplingParams) -> bool:
     which min_p never drops)?"""
     return bool(params.logit_bias or penalizes(params) or (params.min_p > 0.0 and not params.greedy)
                 or params.min_tokens or params.bad_words or params.allowed_token_ids is not None)
-
-
-def penalizes(params: SamplingParams) -> bool:
-    return params.repetition_penalty != 1.0 or bool(params.frequency_penalty or params.presence_penalty)
 
 
 def processed_rows(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int], output_ids: list[int],

@@ -77,7 +77,8 @@ class Lookahead:
         rows = [j for j, s in enumerate(seqs) if processes(s.params)]
         draws = None if all(s.params.greedy for s in seqs) and not rows else [(s.params, s.seed, p + 1)
                                                                               for s, p in zip(seqs, positions)]
-        self.pending = self._launch(seqs, positions, pieces, fill, draws, self._processing(seqs, rows, prev, fill))
+        process = self._processing(seqs, rows, prev, fill)
+        self.pending = self._launch(seqs, positions, pieces, fill, draws, rows, process)
         return self._commit(prev) if prev is not None else []
 
     def drain(self) -> list[Sequence]:
@@ -95,12 +96,11 @@ class Lookahead:
                   1 if prev is not None else 0) for j in rows]
         return processed.device_processing(spans)
 
-    def _launch(self, seqs, positions, pieces, fill, draws, process=None) -> PendingStep:
+    def _launch(self, seqs, positions, pieces, fill, draws, rows: list[int], process=None) -> PendingStep:
         out = self.runner.decode_tokens(pieces, fill, draws, process)
         n = len(seqs)
         tokens = out[:n]  # [n]; with processing, out [n + m] also holds the processed rows' states
         epochs = [s.preemptions for s in seqs]
-        rows = [j for j, s in enumerate(seqs) if processes(s.params)] if process is not None else []
         if out.device.type != "cuda":
             return PendingStep(seqs, positions, tokens, out, None, epochs=epochs, processed=rows)
         slot = self.runner.tokens_ring_slot

@@ -66,9 +66,8 @@ def read_rows(spans, rows: dict[int, torch.Tensor], batched) -> tuple[dict[int, 
         drawn[id(seq)], at = host[at:at + n], at + n
     dead = {}
     for key, x in rows.items():
-        bad = [(k, f == 1) for k, f in enumerate(host[at:at + x.shape[0]]) if f]
-        if bad:
-            dead[key] = bad[0]
+        if (bad := _first_dead(host[at:at + x.shape[0]])) is not None:
+            dead[key] = bad
         at += x.shape[0]
     return drawn, dead
 
@@ -82,11 +81,16 @@ def dead_of(spans, states: list) -> dict[int, tuple[int, bool]]:
     """row_states read back for spans (seq, first row, rows, ...) in order -> dead_rows' dict."""
     dead, at = {}, 0
     for seq, _, n, *_ in spans:
-        bad = [(k, f == 1) for k, f in enumerate(states[at:at + n]) if f]
-        if bad:
-            dead[id(seq)] = bad[0]
+        if (bad := _first_dead(states[at:at + n])) is not None:
+            dead[id(seq)] = bad
         at += n
     return dead
+
+
+def _first_dead(states: list) -> tuple[int, bool] | None:
+    """A span's row_states read back -> (its first row with no token to choose, whether every logit was -inf there:
+    the request's own doing), or None."""
+    return next(((k, f == 1) for k, f in enumerate(states) if f), None)
 
 
 def thinking(seq) -> bool:
