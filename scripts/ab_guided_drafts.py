@@ -1,8 +1,10 @@
 """A/B of drafts that follow their request's rules, on the shipped pair: suite "guided" (spec/round.py GUIDED_DRAFTS:
 JSON-schema, tool-call, regex and choice requests), "forced" (FORCED_DRAFTS, the text the grammar forces drafted, on
-the same requests with GUIDED_DRAFTS off, as on CUDA) or "processed" (PROCESSED_DRAFTS: penalties, logit_bias, min_p,
-min_tokens). Tokens per round and tokens/s with the switch off and on, the tokens checked equal both ways.
-Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|processed]"""
+the same requests with GUIDED_DRAFTS off, as on CUDA), "ondevice" (spec/processed.py GUIDED_ON_DEVICE: the grammar's
+masks applied before the round's one read, rounds chained; the same requests, GUIDED_DRAFTS off) or "processed"
+(PROCESSED_DRAFTS: penalties, logit_bias, min_p, min_tokens). Tokens per round and tokens/s with the switch off and
+on, the tokens checked equal both ways.
+Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|ondevice|processed]"""
 from __future__ import annotations
 
 import json
@@ -14,6 +16,7 @@ import torch
 
 from sparkdec import LLM, Guided, SamplingParams
 from sparkdec.bench import provenance
+from sparkdec.spec import processed
 from sparkdec.spec import round as spec_round
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
@@ -46,20 +49,22 @@ def run(llm, prompts, params) -> tuple[list, float]:
 def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
     llm = LLM(device=device)
     tok = llm.engine.tokenizer
-    if suite == "forced":
+    if suite in ("forced", "ondevice"):
         spec_round.GUIDED_DRAFTS = False
-    if suite in ("guided", "forced"):
+    if suite in ("guided", "forced", "ondevice"):
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
         cases = {name: SamplingParams(max_tokens=200, guided=g) for name, g in GUIDES.items()}
     else:
         prompts = CODE
         cases = {name: SamplingParams(max_tokens=200, ignore_eos=True, **kw) for name, kw in PROCESSED.items()}
-    switch = {"guided": "GUIDED_DRAFTS", "forced": "FORCED_DRAFTS"}.get(suite, "PROCESSED_DRAFTS")
+    switch = {"guided": "GUIDED_DRAFTS", "forced": "FORCED_DRAFTS", "ondevice": "GUIDED_ON_DEVICE"}.get(
+        suite, "PROCESSED_DRAFTS")
+    module = processed if suite == "ondevice" else spec_round
     results = {}
     for name, params in cases.items():
         row = {}
         for on in (False, True, False, True):  # interleaved, the second pair kept (the first warms up)
-            setattr(spec_round, switch, on)
+            setattr(module, switch, on)
             outs, secs = run(llm, prompts, params)
             rounds = sum(o.stats["rounds"] for o in outs)
             tokens = sum(len(o.token_ids) for o in outs)
@@ -71,7 +76,7 @@ def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
               f"tokens/s {row['off']['tokens_per_s']:.0f} -> {row['on']['tokens_per_s']:.0f}, same tokens {same}")
     record = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'x86_64'})",
               "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(), "command": " ".join(["python"] + sys.argv),
-              "config": {"pair": "shipped tiny", "max_tokens": 200, "suite": suite, "switch": f"spec/round.py {switch}",
+              "config": {"pair": "shipped tiny", "max_tokens": 200, "suite": suite, "switch": f"{module.__name__} {switch}",
                          "prompts": prompts, "cases": {n: repr(p) for n, p in cases.items()}},
               "results": results}
     with open(out_path, "w") as f:

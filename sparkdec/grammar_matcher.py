@@ -149,8 +149,9 @@ class Matcher:
             self._walk = None
 
     def unpack(self, bits: torch.Tensor, device) -> torch.Tensor:
-        """int32 [n, W] bitmask -> bool [n, V] on device (bit j of word w: token 32 w + j)."""
-        words = bits.to(device)
+        """int32 [n, W] bitmask -> bool [n, V] on device (bit j of word w: token 32 w + j), copied from page-locked
+        memory on CUDA (a pageable copy would wait for the queued verify: spec/processed.GUIDED_ON_DEVICE)."""
+        words = bits.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else bits.to(device)
         shifts = torch.arange(32, dtype=torch.int32, device=device)
         return (((words[:, :, None] >> shifts) & 1) != 0).reshape(bits.shape[0], -1)[:, :self.vocab_size]
 

@@ -364,8 +364,8 @@ def test_a_dead_row_past_a_thinking_blocks_close_is_not_the_requests(past, monke
 
     real, hits = processed.device_processing, []
 
-    def marked(spans):
-        process = real(spans)
+    def marked(spans, guided=None):
+        process = real(spans, guided)
 
         def run(rows):
             at, x, states = process(rows)
@@ -426,3 +426,39 @@ def test_a_grammar_engine_failure_ends_only_its_request(monkeypatch):
         eng.step()
     assert victim.finish_reason == "error" and "mask failed" in victim.error and not victim.error_own
     assert len(victim.output_ids) >= 2 and other.error is None and other.output_ids == alone
+
+
+@pytest.mark.parametrize("guided_drafts", [False, True])
+def test_guided_rows_are_masked_before_the_rounds_one_read(engines, guided_drafts, monkeypatch):
+    """processed.GUIDED_ON_DEVICE: a guided request's verify rows are masked with the other processing before the
+    round's one read (its drafts walked on the host while the verify runs): no row is processed after the read, its
+    rounds chain the next propose where the drafter's own guided drafts are off (as on CUDA), and the tokens are
+    those masked after the read and plain decoding's, greedy and sampled, beside penalized and unprocessed requests."""
+    from sparkdec.spec import processed
+    from sparkdec.spec import round as spec_round
+
+    monkeypatch.setattr(spec_round, "GUIDED_DRAFTS", guided_drafts)
+    after, chained = [], []
+    spans_after = processed.process_spans
+    monkeypatch.setattr(processed, "process_spans", lambda spans, *a: after.extend(
+        s for s, *_ in spans if processed.processes_now(s)) or spans_after(spans, *a))
+    rounds = engines["spec"].engine.rounds
+    chains = rounds._chains
+    monkeypatch.setattr(rounds, "_chains", lambda *a: chained.append(chains(*a)) or chained[-1])
+    prompts = PROMPTS + ["class Stack:\n"]
+    params = [SamplingParams(max_tokens=100, guided=GUIDES[0]),
+              SamplingParams(max_tokens=100, temperature=0.8, seed=3, guided=GUIDES[1]),
+              SamplingParams(max_tokens=40, repetition_penalty=1.2), SamplingParams(max_tokens=40)]
+    got = [o.token_ids for o in engines["spec"].generate(prompts, params)]
+    assert not after
+    assert all(_follows(g.guided, engines["spec"].engine.tokenizer.decode(t)) for g, t in zip(params[:2], got))
+    chained.clear()
+    engines["spec"].generate(prompts[:1], params[0])  # (one greedy guided request: its rounds may chain)
+    assert any(chained) == (not guided_drafts)
+    monkeypatch.setattr(processed, "GUIDED_ON_DEVICE", False)  # the reference: masked after the read
+    assert [o.token_ids for o in engines["spec"].generate(prompts, params)] == got
+    assert after
+    chained.clear()
+    engines["spec"].generate(prompts[:1], params[0])
+    assert not any(chained)  # (a second read: the next propose waits for it)
+    assert [o.token_ids for o in engines["plain"].generate(prompts, params)] == got

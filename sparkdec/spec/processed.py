@@ -20,6 +20,11 @@ DEVICE_PROCESSING = True
 # rounds chained), its round's tokens kept through the block's close token; False: its rows go through the grammar's
 # walk and the second read like any guided request's, unmasked until the close.
 THINKING_UNMASKED = True
+# True: a guided request's rows are masked on the device too, before the round's one read: the round's drafts are
+# copied to the host behind the propose (DraftsOnHost) and the grammar is walked through them while the device runs
+# the verify, its masks applied with the other processing; its tokens come back in the one read and its rounds chain
+# the next propose (where the drafter's own guided drafts are off). False: masked after that read, tokens in a second.
+GUIDED_ON_DEVICE = True
 
 
 def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
@@ -101,13 +106,18 @@ def thinking(seq) -> bool:
 
 def processes_now(seq) -> bool:
     """Are the sequence's next rows processed: it rewrites its logits, or its grammar masks them (not thinking)?"""
-    return rewrites(seq.params) or (seq.guide is not None and not thinking(seq))
+    return rewrites(seq.params) or masks(seq)
 
 
 def on_device(seq) -> bool:
-    """Can this sequence's rows be processed on the device before the round's one read (no grammar masking them: its
-    masks need the drafts on the host)?"""
-    return rewrites(seq.params) and (seq.guide is None or thinking(seq))
+    """Can this sequence's rows be processed on the device before the round's one read (a grammar's masks only with
+    GUIDED_ON_DEVICE: they are walked on the host through the drafts, DraftsOnHost)?"""
+    return processes_now(seq) and (GUIDED_ON_DEVICE or not masks(seq))
+
+
+def masks(seq) -> bool:
+    """Does a grammar mask this sequence's next rows (guided, not inside an unmasked thinking block)?"""
+    return seq.guide is not None and not thinking(seq)
 
 
 def settle(seq, tokens: list[int], dead: dict, thinking: bool) -> tuple[list[int], bool | None]:
@@ -131,22 +141,51 @@ def through_close(seq, tokens: list[int]) -> int:
     return tokens.index(close) + 1 if close in tokens else len(tokens)
 
 
-def device_processing(spans):
+def device_processing(spans, guided: dict | None = None):
     """-> process(rows) for ModelRunner.verify / decode_tokens: rows [R, V] of the packed logit rows -> (the indices
     of the rows it processed [m] (host ints), those rows processed [m, V], their row_states [m]), all on the device,
     so their tokens are drawn with the others' and read back in the round's one read. spans: (seq, first logit row,
     rows, drafts tensor [>= n - 1 + first] or None, first): row k of a span chooses the token after the output and
-    its drafts[:first + k]."""
+    its drafts[:first + k]. guided: id(seq) -> () -> its drafts on the host, for the sequences a grammar masks
+    (first 0); called once the verify is queued, so the grammar's walk runs while the device computes."""
     def process(rows: torch.Tensor):
         at, each = [], []
         for seq, r0, n, drafts, first in spans:
+            allowed = None
+            if masks(seq):
+                ver = guided[id(seq)]() if guided and id(seq) in guided else []
+                allowed = seq.guide.allowed(ver[:n - 1], n, rows.device)
             each.append(row_span((n, rows.shape[1]), seq.params, seq.prompt_ids, seq.output_ids,
-                                 drafts if drafts is not None else [], None, held_back(seq), seq.bad_words,
+                                 drafts if drafts is not None else [], allowed, held_back(seq), seq.bad_words,
                                  history(seq), first, rows.device))
             at += range(r0, r0 + n)
         x = process_batch(rows.index_select(0, to_device(at, rows.device)), each)  # [m, V]
         return at, x, row_states(x)
     return process
+
+
+class DraftsOnHost:
+    """A round's drafts [B, γ], copied to the host behind the propose and before the verify is queued: waiting for
+    them waits for the propose only, so a grammar can be walked through them while the device runs the verify."""
+
+    def __init__(self, drafts: torch.Tensor):
+        self._rows: list[list[int]] | None = None
+        self._done = None
+        if drafts.device.type == "cuda":
+            self._host = torch.empty(drafts.shape, dtype=drafts.dtype, pin_memory=True)
+            self._host.copy_(drafts, non_blocking=True)
+            self._done = torch.cuda.Event()
+            self._done.record()
+        else:
+            self._host = drafts
+
+    def row(self, i: int) -> list[int]:
+        """Sequence i's drafts (the first call waits for the copy)."""
+        if self._rows is None:
+            if self._done is not None:
+                self._done.synchronize()
+            self._rows = self._host.tolist()
+        return self._rows[i]
 
 
 def dead_end(seq, own: bool) -> None:

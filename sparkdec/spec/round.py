@@ -73,9 +73,8 @@ class RoundRunner:
         """Drafts [B, γ], z [B, γ, V] and confidences [B, γ], all on the device."""
         positions = [s.anchor_position for s in seqs]
         gumbels: dict[int, torch.Tensor] = {}  # row -> [γ, V]: coupled rows' race noise, made at the first slot
-        on = GUIDED_DRAFTS if GUIDED_DRAFTS is not None else self.runner.device.type != "cuda"
         guides = [(i, s.guide) for i, s in enumerate(seqs) if s.guide is not None and s.guide.constrains_drafts()] \
-            if on else []
+            if self._guided_drafts_on() else []
         rewrites = processed.draft_processing(seqs, self.runner.target_cfg.vocab_size, self.runner.device) \
             if PROCESSED_DRAFTS else []
 
@@ -272,7 +271,8 @@ class RoundRunner:
         ahead = self._propose_ahead(spec, spans, drafts_dev) if self._chains(dec, spec) else None
         dev_spans = [(seq, r0, n, drafts_dev[i] if i is not None else None, 0)
                      for (seq, r0, n, i), on in zip(spans, on_device) if on]
-        process = processed.device_processing(dev_spans) if dev_spans else None
+        process = processed.device_processing(dev_spans, self._guided_drafts(spans, on_device, drafts_dev)) \
+            if dev_spans else None
         logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
                                           draws if drawn else None, process)
         argmax = host[0]
@@ -326,11 +326,27 @@ class RoundRunner:
         self._time(t0, t1, t2, t3)
         return touched
 
+    @staticmethod
+    def _guided_drafts(spans, on_device: list[bool], drafts_dev) -> dict:
+        """id(seq) -> () -> its drafts on the host, for the speculating sequences whose grammar masks their rows on
+        the device (processed.GUIDED_ON_DEVICE): the drafts' copy is queued now, before the verify."""
+        guided = [(seq, i) for (seq, _, _, i), on in zip(spans, on_device) if on and i is not None and processed.masks(seq)]
+        if not guided:
+            return {}
+        host = processed.DraftsOnHost(drafts_dev)
+        return {id(seq): (lambda i=i: host.row(i)) for seq, i in guided}
+
+    def _guided_drafts_on(self) -> bool:
+        """Do guided sequences draft only what their grammar allows (GUIDED_DRAFTS; None: on CPU engines)?"""
+        return GUIDED_DRAFTS if GUIDED_DRAFTS is not None else self.runner.device.type != "cuda"
+
     def _chains(self, dec: list[Sequence], spec: list[Sequence]) -> bool:
         """Can the next round's propose be queued before this round is read back? Every decode sequence speculates
         greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
-        length waits for the confidences."""
+        length waits for the confidences. A sequence a grammar masks chains only where its drafts are the drafter's
+        own (the chained propose walks no grammar: _guided_drafts_on)."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
+                and not (self._guided_drafts_on() and any(processed.masks(s) for s in spec))
                 and all((s.params.greedy and (not processed.processes_now(s) or self._processed_on_device(s)))
                         or (self._device_draws(s) and not self._coupled(s))
                         for s in spec)
