@@ -23,7 +23,7 @@ def measure() -> dict:
     out = {}
     for spec in (False, True):
         llm = LLM(model=os.path.join(PAIR, "target"), draft=os.path.join(PAIR, "draft") if spec else None,
-                  device="cuda", dtype="bfloat16", speculative=spec)
+                  device="cuda", dtype="bfloat16", speculative=spec, spec_bypass=False)
         for kind in ("greedy", "sampled"):
             kw = dict(temperature=0.8, top_p=0.95) if kind == "sampled" else {}
             params = [SamplingParams(max_tokens=256, ignore_eos=True, seed=100 + i, **kw) for i in range(len(PROMPTS))]

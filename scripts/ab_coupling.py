@@ -43,7 +43,7 @@ def main() -> None:
         coupling.MIN_TOP_K, coupling.MIN_TOP_P = 0, 0.0
     threads = 2 if device in (None, "cpu") else None
     plain = LLM(model=str(DEFAULT_PAIR / "target"), max_num_seqs=8, device=device, threads=threads)
-    spec = LLM(max_num_seqs=8, device=device, threads=threads)
+    spec = LLM(max_num_seqs=8, spec_bypass=False, device=device, threads=threads)
     spec.generate(PROMPTS[:2], SamplingParams(max_tokens=8, temperature=0.8, seed=1))
     runs = {}
     for kw in settings:

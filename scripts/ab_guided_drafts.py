@@ -47,7 +47,7 @@ def run(llm, prompts, params) -> tuple[list, float]:
 
 
 def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
-    llm = LLM(device=device)
+    llm = LLM(device=device, spec_bypass=False)  # (every round speculates: tokens per round)
     tok = llm.engine.tokenizer
     if suite in ("forced", "ondevice"):
         spec_round.GUIDED_DRAFTS = False

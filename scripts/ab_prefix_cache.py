@@ -23,7 +23,7 @@ QUESTIONS = ["def parse(line):\n", "import os\n", "class Config:\n", "def main()
 
 
 def run(caching: bool, device: str | None) -> dict:
-    llm = LLM(prefix_caching=caching, device=device, threads=2 if device in (None, "cpu") else None)
+    llm = LLM(prefix_caching=caching, spec_bypass=False, device=device, threads=2 if device in (None, "cpu") else None)
     llm.generate(["warm-up"], SamplingParams(max_tokens=4))
     params = SamplingParams(max_tokens=32, ignore_eos=True)
     ttft, total, tokens = [], [], []

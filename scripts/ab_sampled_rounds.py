@@ -44,7 +44,7 @@ def shape_runs(ctx: int = 1024) -> dict:
 
 def tiny_runs() -> dict:
     plain = LLM(model=str(DEFAULT_PAIR / "target"), max_num_seqs=8, device="cuda")
-    spec = LLM(max_num_seqs=8, device="cuda")
+    spec = LLM(max_num_seqs=8, spec_bypass=False, device="cuda")
     params = [SamplingParams(max_tokens=64, ignore_eos=True, temperature=0.8, top_p=0.95, seed=11 + i)
               for i in range(len(PROMPTS))]
     ref = [o.token_ids for o in plain.generate(PROMPTS, params)]

@@ -21,7 +21,7 @@ def params(i: int) -> SamplingParams:
 
 def main(out_path: str) -> None:
     llms = {"plain": LLM(speculative=False, device="cuda", dtype="bfloat16", max_num_seqs=8),
-            "spec": LLM(device="cuda", dtype="bfloat16", max_num_seqs=8)}
+            "spec": LLM(device="cuda", spec_bypass=False, dtype="bfloat16", max_num_seqs=8)}
     times = {(v, m): [] for v in ("per_row", "fused") for m in llms}
     tokens = {}
     for rep in range(REPS + 1):  # the first pass warms both variants up (compiles) and is not counted

@@ -24,7 +24,7 @@ def main() -> None:
     params = SamplingParams(max_tokens=64, ignore_eos=True)
     runs, tokens = {}, {}
     for policy in ("full", "batch"):
-        llm = LLM(verify_policy=policy, max_num_seqs=8, device=device, threads=2 if device in (None, "cpu") else None)
+        llm = LLM(verify_policy=policy, spec_bypass=False, max_num_seqs=8, device=device, threads=2 if device in (None, "cpu") else None)
         llm.generate(PROMPTS[:2], SamplingParams(max_tokens=8))
         times = []
         for _ in range(3):

@@ -28,7 +28,7 @@ S = S + S[len(seq.prompt_ids):] * 8
 del real
 
 cfg = EngineConfig(model=str(DEFAULT_PAIR / "target"), draft=str(DEFAULT_PAIR / "draft") if MODE == "spec" else None,
-                   device="cpu", threads=1, max_num_seqs=64, lookahead="--no-ahead" not in sys.argv)
+                   device="cpu", threads=1, max_num_seqs=64, spec_bypass=False, lookahead="--no-ahead" not in sys.argv)
 eng = Engine(cfg)
 r = eng.runner
 V = eng.target_cfg.vocab_size

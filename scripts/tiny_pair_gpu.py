@@ -44,7 +44,7 @@ def compare(plain, spec, params_for) -> dict:
 
 def main(out_path: str) -> None:
     plain = LLM(speculative=False, device="cuda", dtype="bfloat16", max_num_seqs=8)
-    spec = LLM(device="cuda", dtype="bfloat16", max_num_seqs=8)
+    spec = LLM(device="cuda", spec_bypass=False, dtype="bfloat16", max_num_seqs=8)
     for llm in (plain, spec):
         llm.generate([PROMPTS[0]], SamplingParams(max_tokens=16, ignore_eos=True))  # warm-up
     res = {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"}

@@ -33,6 +33,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify-policy", choices=["full", "batch"], default="full",
                    help="batch: choose how many drafts each sequence verifies across the batch (Algorithm 1) "
                         "from a verify-cost profile taken at start-up")
+    p.add_argument("--no-spec-bypass", action="store_true",
+                   help="speculate every round (by default sequences whose drafts are not expected to pay, by "
+                        "measured costs and their acceptance, decode plainly until probed again)")
     p.add_argument("--accept", choices=["exact", "rejection"], default="exact",
                    help="sampled acceptance: exact (target's own keyed sample) or rejection sampling")
 
@@ -44,7 +47,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
                 max_num_seqs=args.max_num_seqs, max_batched_tokens=args.max_num_batched_tokens,
                 verify_len=args.verify_len, min_confidence=args.min_confidence, verify_policy=args.verify_policy,
                 accept_mode=args.accept,
-                speculative=not args.no_spec, threads=args.threads, prefix_caching=not args.no_prefix_caching)
+                speculative=not args.no_spec, spec_bypass=not args.no_spec_bypass, threads=args.threads,
+                prefix_caching=not args.no_prefix_caching)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -663,6 +663,7 @@ def test_disconnect_mid_stream_aborts_and_frees_pages(server):
     assert server.metric("sparkdec:kv_cache_pages_total") > 0
     assert "\nsparkdec:num_preemptions_total " in httpx.get(server.url + "/metrics").text
     assert server.metric("sparkdec:spec_decode_num_drafts_total") > 0
+    assert server.metric("sparkdec:spec_decode_bypassed_tokens_total") >= 0  # (spec/bypass.py, on in the server)
     assert server.metric("sparkdec:spec_decode_num_accepted_tokens_per_pos_total", '{position="0"}') >= 0
     assert server.metric("sparkdec:time_to_first_token_seconds_count") > 0
 

@@ -64,7 +64,8 @@ def make_engine(models, ctx: int, spec: bool) -> Engine:
     window = None if MAX_MODEL_LEN is None else MAX_MODEL_LEN or ctx + 1024
     cfg = EngineConfig(device="cuda", max_model_len=window, kv_cache_tokens=4 * (ctx + 1100),
                        max_num_seqs=4, max_batched_tokens=max(2048, ctx), speculative=spec,
-                       prefix_caching=False)  # (time to first token computes the whole prompt)
+                       prefix_caching=False,  # (time to first token computes the whole prompt)
+                       spec_bypass=False)  # (the rounds measured are rounds, whatever random weights accept)
     return Engine(cfg, models=models)
 
 

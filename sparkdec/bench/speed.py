@@ -54,6 +54,8 @@ def run_leg(engine_kwargs: dict, prompts: list[dict], params: SamplingParams, co
     # (no prefix cache: every leg computes its prompts, as the earlier results did)
     llm = LLM(**{**engine_kwargs, "max_num_seqs": concurrency, "speculative": spec, "prefix_caching": False})
     llm.generate([prompts[0]["prompt"]], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
+    if llm.engine.bypass is not None and spec:  # its costs timed before the clock starts, as a server's first requests do
+        llm.engine.bypass.costs.measure(concurrency * (llm.engine.block_size + 1), concurrency)
     t = time.perf_counter()
     outs = llm.generate([p["prompt"] for p in prompts], params)
     seconds = time.perf_counter() - t
@@ -64,6 +66,7 @@ def run_leg(engine_kwargs: dict, prompts: list[dict], params: SamplingParams, co
         per_cat[p["category"]][1] += o.stats["rounds"]
     return {"tokens_per_s": tokens / seconds, "seconds": seconds, "tokens": tokens,
             "acceptance_length": {c: (a / r if r else None) for c, (a, r) in per_cat.items()},
+            "bypassed_tokens": sum(o.stats.get("bypassed_tokens", 0) for o in outs),
             "outputs": [o.token_ids for o in outs]}
 
 
@@ -78,10 +81,11 @@ def main(engine_kwargs: dict, prompts_path: str | None, concurrencies: list[int]
         spec = run_leg(engine_kwargs, prompts, params, c, spec=True)
         row = {"concurrency": c, "plain_tokens_per_s": plain["tokens_per_s"], "spec_tokens_per_s": spec["tokens_per_s"],
                "speedup": spec["tokens_per_s"] / plain["tokens_per_s"],
-               "acceptance_length": spec["acceptance_length"],
+               "acceptance_length": spec["acceptance_length"], "spec_bypassed_tokens": spec["bypassed_tokens"],
                "identical_outputs": plain["outputs"] == spec["outputs"]}
         results.append(row)
         al = " ".join(f"{k} {v:.2f}" for k, v in row["acceptance_length"].items() if v)
         print(f"c={c}: plain {row['plain_tokens_per_s']:.1f} tok/s, spec {row['spec_tokens_per_s']:.1f} tok/s, "
               f"x{row['speedup']:.2f}, AL {al}, identical {row['identical_outputs']}", flush=True)
-    return {"prompts": len(prompts), "max_tokens": max_tokens, "temperature": temperature, "results": results}
+    return {"prompts": len(prompts), "max_tokens": max_tokens, "temperature": temperature,
+            "spec_bypass": engine_kwargs.get("spec_bypass"), "results": results}

@@ -16,6 +16,7 @@ from sparkdec.engine.sequence import Sequence
 from sparkdec.guided import GuideCompiler
 from sparkdec.errors import InvalidPromptError, InvalidSamplingParamsError, PromptTooLongError, SparkdecError
 from sparkdec.sampling import SamplingParams, fused_sampler_on, kernel_sampler_on
+from sparkdec.spec.bypass import Bypass, MeasuredCosts, observe
 from sparkdec.spec.round import RoundRunner
 from sparkdec.spec.schedule import VerifyPolicy
 from sparkdec.spec.step_costs import profile_verify_costs
@@ -23,6 +24,10 @@ from sparkdec.spec.step_costs import profile_verify_costs
 DEFAULT_PAIR = Path(__file__).resolve().parents[2] / "models" / "sparkdec-tiny"
 ACCEPT_MODES = ("exact", "rejection")
 VERIFY_POLICIES = ("full", "batch")
+# EngineConfig.spec_bypass when not given: speculation steps aside for the sequences whose drafts are not expected to
+# pay (spec/bypass.py). The test suite turns it off (tests/conftest.py): its choices follow timings, and tests compare
+# rounds; its own tests run it on.
+BYPASS_DEFAULT = True
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,9 @@ class EngineConfig:
     verify_policy: str = "full"
     accept_mode: str = "exact"
     speculative: bool = True
+    # speculation steps aside where its drafts are not expected to pay, by measured costs and each sequence's
+    # acceptance, and probes again later (spec/bypass.py); None: BYPASS_DEFAULT
+    spec_bypass: bool | None = None
     cuda_graphs: bool = True
     # plain decoding queues step k+1 before reading step k (engine/lookahead.py); greedy speculative rounds
     # queue the next propose before reading the round back (spec/chain.py)
@@ -129,6 +137,9 @@ class Engine:
                                     "or a fixed verify_len")
             self.rounds.step_costs = profile_verify_costs(self.runner, self.max_verify_rows())
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
+        bypass = cfg.spec_bypass if cfg.spec_bypass is not None else BYPASS_DEFAULT
+        self.bypass = Bypass(MeasuredCosts(self.runner)) if bypass and self.drafter is not None else None
+        self._bypass_needs = (1, 1)  # (forward tokens, proposed sequences) the bypass's next choice needs timed
         self._ids = itertools.count()
 
     def max_verify_rows(self) -> int:
@@ -216,6 +227,11 @@ class Engine:
         seqs = {tuple(self.tokenizer.encode(v)) for w in words for v in (w.lstrip(), " " + w.lstrip())}
         return tuple(sorted(s for s in seqs if s))
 
+    def _verify_drafts(self, seq: Sequence) -> int:
+        """The drafts a round would verify for the sequence (its verify_len or the block, within its room)."""
+        ell = self.rounds.policy_for(seq).verify_len
+        return max(0, min(self.block_size if ell is None else ell, self.block_size, seq.room() - 1))
+
     def speculating(self, seq: Sequence) -> bool:
         if self.drafter is None:
             return False
@@ -241,6 +257,8 @@ class Engine:
             if seq.finish_reason is not None:
                 seq.finish_time = t2
                 self.scheduler.finish(seq)
+                if seq.bypass is not None:
+                    observe(seq)  # (its last tokens decoded plainly are counted)
         self.rounds.timing["host"] += (t1 - t0) + (time.perf_counter() - t2)  # scheduling and bookkeeping
         return touched
 
@@ -248,11 +266,36 @@ class Engine:
         """One step ahead when the batch allows (plain greedy decode); a batch that does not first drains the
         pending step, and is scheduled again next call (its sequences' host state was one step behind)."""
         ahead = self.lookahead
-        if ahead is not None and ahead.takes(batch, self.speculating):
+        speculating = self._speculating_now(batch)
+        if speculating is None:  # the bypass needs costs timed first, with no work queued ahead
+            if ahead is not None and ahead.pending is not None:
+                return ahead.drain()
+            self.rounds.pending = None  # (the timed proposes replay its graph)
+            self.bypass.costs.measure(*self._bypass_needs)
+            speculating = self._speculating_now(batch)
+        if ahead is not None and ahead.takes(batch, speculating):
             return ahead.step(batch)
         if ahead is not None and ahead.pending is not None:
             return ahead.drain()
-        return self.rounds.step(batch, self.speculating)
+        return self.rounds.step(batch, speculating)
+
+    def _speculating_now(self, batch):
+        """Which sequences speculate this round: those that may (speculating), less those the bypass sets aside;
+        None when the bypass needs costs it has not timed (their counts in _bypass_needs)."""
+        if self.bypass is None or self.rounds.simulate is not None:
+            return self.speculating
+        eligible = [s for s in batch.decode if self.speculating(s)]
+        if not eligible:
+            return self.speculating
+        chosen = self.bypass.choose(batch.decode, eligible, self._verify_drafts)
+        if chosen is None:
+            self._bypass_needs = (len(batch.decode) + sum(map(self._verify_drafts, eligible)), len(eligible))
+            return None
+        if self.rounds.pending is not None:
+            for seq in eligible:
+                if id(seq) not in chosen:  # (its queued propose would be stale when it speculates again)
+                    self.rounds.pending.drop(seq)
+        return lambda seq: id(seq) in chosen
 
     def abort(self, request_id: str) -> Sequence | None:
         seq = self.scheduler.abort(request_id)

@@ -24,6 +24,7 @@ class SpecStats:
     accepted_per_position: list[int] = field(default_factory=list)
     verified_per_position: list[int] = field(default_factory=list)
     histogram: list[int] = field(default_factory=list)  # rounds by accepted count 0..γ
+    bypassed_tokens: int = 0  # tokens decoded plainly while the bypass held speculation back (spec/bypass.py)
 
     def record(self, num_verified: int, num_accepted: int) -> None:
         if not self.histogram:
@@ -40,7 +41,8 @@ class SpecStats:
 
     def copy(self) -> "SpecStats":
         return SpecStats(self.block_size, self.rounds, self.draft_tokens, self.accepted_tokens,
-                         list(self.accepted_per_position), list(self.verified_per_position), list(self.histogram))
+                         list(self.accepted_per_position), list(self.verified_per_position), list(self.histogram),
+                         self.bypassed_tokens)
 
     @staticmethod
     def merged(stats: list["SpecStats"]) -> "SpecStats":
@@ -50,6 +52,7 @@ class SpecStats:
             out.rounds += s.rounds
             out.draft_tokens += s.draft_tokens
             out.accepted_tokens += s.accepted_tokens
+            out.bypassed_tokens += s.bypassed_tokens
             for name in ("accepted_per_position", "verified_per_position", "histogram"):
                 total, add = getattr(out, name), getattr(s, name)
                 total.extend([0] * (len(add) - len(total)))
@@ -64,6 +67,7 @@ class SpecStats:
             "mean_acceptance_length": (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else None,
             "acceptance_rate": self.accepted_tokens / self.draft_tokens if self.draft_tokens else None,
             "per_position_acceptance": rates, "accepted_histogram": list(self.histogram),
+            "bypassed_tokens": self.bypassed_tokens,
         }
 
 
@@ -101,6 +105,7 @@ class Sequence:
     bad_words: tuple[tuple[int, ...], ...] = ()  # params.bad_words as token sequences (Engine.add_request)
     guide: object | None = None  # guided decoding's matcher (grammar_matcher.Matcher), advanced by each committed token
     history: object | None = None  # penalties.History: its prompt and output counted on the device, for penalties
+    bypass: object | None = None  # spec/bypass.BypassState: whether speculation pays for it, made on first use
     error: str | None = None  # why the request ended with finish_reason "error" (see fail)
     error_own: bool = True  # the request's own doing (a 400 on the server), else the server's (500)
 

@@ -73,7 +73,7 @@ class RequestHandle:
 class _Tracked:
     handle: RequestHandle
     seq: object
-    spec: tuple = (0, 0, 0, None)
+    spec: tuple = (0, 0, 0, None, 0)
     tokens: int = 0
     ttft_seen: bool = False
     prompt_logprobs: tuple | None = None  # copied once, when the prompt has been scored
@@ -191,7 +191,7 @@ class EngineLoop:
 
     def _observe(self, tracked: _Tracked, seq, finish: str | None) -> None:
         m, s = self.metrics, seq.spec
-        new = (s.rounds, s.draft_tokens, s.accepted_tokens, list(s.accepted_per_position))
+        new = (s.rounds, s.draft_tokens, s.accepted_tokens, list(s.accepted_per_position), s.bypassed_tokens)
         m.spec_delta(tracked.spec, new)
         m.generation_tokens.inc(len(seq.output_ids) - tracked.tokens)
         m.totals[1] += len(seq.output_ids) - tracked.tokens

@@ -31,6 +31,9 @@ class Metrics:
         self.accepted_per_pos = Counter(PREFIX + "spec_decode_num_accepted_tokens_per_pos",
                                         "Accepted draft tokens by position in the draft block.", ["position"],
                                         registry=r)
+        self.bypassed_tokens = Counter(PREFIX + "spec_decode_bypassed_tokens", "Tokens decoded plainly while "
+                                       "speculation was set aside for their request (it was not expected to pay).",
+                                       registry=r)
         blocks, sched = engine.blocks, engine.scheduler
         Gauge(PREFIX + "kv_cache_pages_total", "KV cache pages.", registry=r).set_function(lambda: blocks.num_pages)
         Gauge(PREFIX + "kv_cache_pages_used", "KV cache pages reserved by requests.",
@@ -51,6 +54,7 @@ class Metrics:
         self.drafts.inc(new[0] - old[0])
         self.draft_tokens.inc(new[1] - old[1])
         self.accepted_tokens.inc(new[2] - old[2])
+        self.bypassed_tokens.inc(new[4] - old[4])
         self.totals[2] += new[1] - old[1]
         self.totals[3] += new[2] - old[2]
         for j, (a, b) in enumerate(zip(old[3] or [0] * len(new[3]), new[3])):

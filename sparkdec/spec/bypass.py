@@ -1,0 +1,144 @@
+"""Speculation that steps aside where it does not pay: on text the drafter predicts badly, or in a batch large enough
+that verifying drafts costs more than they return. Each sequence's tokens per round are followed (an exponential
+average); each round speculates for the sequences whose drafts are expected to raise the batch's tokens per second,
+by the measured cost of the propose (by sequence count) and of the forward (by token count); the others decode
+plainly and are probed again after a backoff that doubles while speculation keeps losing. The tokens are the same
+either way: speculative output equals plain output."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkdec.spec.schedule import StepCosts
+from sparkdec.spec.step_costs import time_forward, time_propose
+
+ALPHA = 0.3  # the weight of a sequence's latest round in its average tokens per round
+FIRST_BACKOFF = 16  # plain tokens before a sequence set aside is probed again; doubled while it keeps losing
+MAX_BACKOFF = 512
+MARGIN = 1.05  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
+
+
+@dataclass
+class BypassState:
+    """One sequence's: tokens per round (None before its first round), the output length at which a sequence set
+    aside is probed again (None while it speculates; kept until the probe's round has run), its backoff, whether
+    its last round was a probe, and the rounds, accepted drafts and output length last seen (to count what came
+    since)."""
+    tokens_per_round: float | None = None
+    aside_until: int | None = None
+    backoff: int = FIRST_BACKOFF
+    probing: bool = False
+    seen: tuple[int, int, int] = (0, 0, 0)
+
+
+class MeasuredCosts:
+    """ms of a forward by token count and of a propose by sequence count, timed on trash rows (spec/step_costs.py)
+    where first needed: at the graph tiers and powers of two up to the count asked, interpolated between
+    (schedule.StepCosts). Timing runs forwards and proposes: only when no work is queued ahead (Engine._round)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.tiers = tuple(runner.graphs.tiers) if runner.graphs is not None else ()
+        self.propose_tiers = tuple(runner.propose_graphs.tiers) if runner.propose_graphs is not None else ()
+        self.forward_points: dict[int, float] = {}
+        self.propose_points: dict[int, float] = {}
+        self._tables: tuple[StepCosts, StepCosts] | None = None
+
+    def ready(self, tokens: int, seqs: int) -> bool:
+        """Are the costs of forwards up to tokens and proposes up to seqs known?"""
+        return (all(n in self.forward_points for n in _points(tokens, self.tiers))
+                and all(k in self.propose_points for k in _points(seqs, self.propose_tiers)))
+
+    def measure(self, tokens: int, seqs: int) -> None:
+        for n in _points(tokens, self.tiers):
+            if n not in self.forward_points:
+                self.forward_points[n] = time_forward(self.runner, n)
+        for k in _points(seqs, self.propose_tiers):
+            if k not in self.propose_points:
+                self.propose_points[k] = time_propose(self.runner, k)
+        self._tables = None
+
+    def forward_ms(self, tokens: int) -> float:
+        return self._costs()[0].cost_ms(tokens)
+
+    def propose_ms(self, seqs: int) -> float:
+        return self._costs()[1].cost_ms(seqs)
+
+    def _costs(self) -> tuple[StepCosts, StepCosts]:
+        if self._tables is None:
+            self._tables = (StepCosts(self.forward_points, self.tiers),
+                            StepCosts(self.propose_points, self.propose_tiers))
+        return self._tables
+
+
+def _points(n: int, tiers: tuple[int, ...]) -> list[int]:
+    """The counts timed to cost n: the powers of two up to the first at or past n, and the tiers up to it."""
+    top = 1 << max(n - 1, 0).bit_length()
+    return sorted({1 << j for j in range(top.bit_length())} | {t for t in tiers if t <= top})
+
+
+class Bypass:
+    def __init__(self, costs):
+        self.costs = costs  # forward_ms(tokens), propose_ms(seqs), ready(tokens, seqs), measure(tokens, seqs)
+
+    def choose(self, batch: list, eligible: list, ell) -> set[int] | None:
+        """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
+        round; None when the costs this needs are not measured yet (costs.measure first). ell(seq): the drafts it
+        would verify."""
+        must, optional = [], []
+        for seq in eligible:
+            st = observe(seq)
+            due = st.aside_until is not None and len(seq.output_ids) >= st.aside_until
+            if st.tokens_per_round is None or due:
+                must.append(seq)  # (its first round, or a probe)
+            elif st.aside_until is None:
+                optional.append(seq)
+        if optional:
+            rows = len(batch) + sum(ell(s) for s in must + optional)
+            if not self.costs.ready(rows, len(must) + len(optional)):
+                return None
+            optional.sort(key=lambda s: -s.bypass.tokens_per_round)
+            keep = self._best(len(batch), must, optional, ell)
+            for seq in optional[keep:]:
+                _set_aside(seq)
+            for seq in optional[:keep]:
+                if seq.bypass.probing:  # (its probe paid)
+                    seq.bypass.probing, seq.bypass.backoff = False, FIRST_BACKOFF
+            optional = optional[:keep]
+        return {id(s) for s in must + optional}
+
+    def _best(self, b: int, must: list, optional: list, ell) -> int:
+        """How many of optional (by expected tokens per round, highest first) speculate: the most tokens per second
+        for the batch of b sequences; all of them unless fewer are expected to be faster by MARGIN."""
+        rates = [self._rate(b, must + optional[:k], ell) for k in range(len(optional) + 1)]
+        best = max(range(len(rates)), key=lambda k: (rates[k], k))
+        return best if rates[best] > MARGIN * rates[-1] else len(optional)
+
+    def _rate(self, b: int, spec: list, ell) -> float:
+        """Expected tokens per ms of a step where spec speculate and the rest of the b sequences decode plainly."""
+        tokens = sum(s.bypass.tokens_per_round or 1.0 for s in spec) + b - len(spec)
+        ms = self.costs.forward_ms(b + sum(ell(s) for s in spec)) + (self.costs.propose_ms(len(spec)) if spec else 0.0)
+        return tokens / ms
+
+
+def observe(seq) -> BypassState:
+    """The sequence's state, with what came since it was last seen: its rounds' tokens into the average, or the
+    tokens it decoded plainly while set aside into its SpecStats.bypassed_tokens."""
+    st = seq.bypass = seq.bypass or BypassState(seen=(seq.spec.rounds, seq.spec.accepted_tokens, len(seq.output_ids)))
+    rounds, accepted, out = seq.spec.rounds - st.seen[0], seq.spec.accepted_tokens - st.seen[1], len(seq.output_ids)
+    if rounds:
+        now = (accepted + rounds) / rounds
+        st.tokens_per_round = now if st.tokens_per_round is None else (1 - ALPHA) * st.tokens_per_round + ALPHA * now
+        if st.aside_until is not None:  # (a probe's round)
+            st.probing, st.aside_until = True, None
+    elif st.aside_until is not None:
+        seq.spec.bypassed_tokens += out - st.seen[2]
+    st.seen = (seq.spec.rounds, seq.spec.accepted_tokens, out)
+    return st
+
+
+def _set_aside(seq) -> None:
+    """Plain decoding for the sequence until it has backoff more tokens; a probe that lost doubles the backoff."""
+    st = seq.bypass
+    if st.probing:
+        st.backoff, st.probing = min(2 * st.backoff, MAX_BACKOFF), False
+    st.aside_until = len(seq.output_ids) + st.backoff
