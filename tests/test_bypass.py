@@ -40,30 +40,33 @@ def plain():
 
 
 def test_drafts_that_do_not_pay_are_set_aside_with_the_same_tokens(plain):
-    """A propose costing ten forwards: no acceptance pays for it, so after its first round each sequence decodes
-    plainly and is probed after 16, 32, 64 ... tokens; greedy, sampled, penalized and guided requests keep plain
+    """A propose costing ten forwards: no acceptance pays for it, so after its first probe each sequence decodes
+    plainly and is probed again after 16, 32, 64 ... tokens; greedy, sampled, penalized and guided requests keep plain
     decoding's tokens, and the tokens decoded plainly are counted."""
     llm = LLM(spec_bypass=True)
-    llm.engine.bypass.costs = FixedCosts(lambda n: 10.0, lambda k: 100.0)
+    llm.engine.bypass = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 100.0), calibrate=False)
     params = _params()
     outs = llm.generate(PROMPTS, params)
     assert [o.token_ids for o in outs] == [o.token_ids for o in plain.generate(PROMPTS, params)]
     for o, p in zip(outs, params):
         plain_tokens = o.stats["bypassed_tokens"]
         if p.guided is None:  # (120 tokens; the guided one's regex ends it within a few)
-            assert 2 <= o.stats["rounds"] <= 5 and plain_tokens > len(o.token_ids) - 5 * 8, o.stats
+            assert 2 <= o.stats["rounds"] <= 4 * bypass.PROBE_ROUNDS and plain_tokens >= 60, o.stats
         # every token but the prompt's first: from a round (a probe's round may end past max_tokens) or counted plain
         assert 0 <= plain_tokens + o.stats["num_accepted_tokens"] + o.stats["rounds"] - (len(o.token_ids) - 1) <= 7
-    alone = llm.generate(PROMPTS[:1], params[0])[0]  # (one greedy request: chained rounds and plain steps ahead)
-    # its first round, then probes after 16, 32 and 64 plain tokens (the last near the end): 7 without the doubling
-    assert alone.token_ids == outs[0].token_ids and alone.stats["rounds"] in (3, 4), alone.stats
+    long = SamplingParams(max_tokens=200, ignore_eos=True)
+    alone = llm.generate(PROMPTS[:1], long)[0]  # (one greedy request: chained rounds and plain steps ahead)
+    # its first probe, then probes after 32 and 64 plain tokens (then 128: past the end); about 20 rounds without the
+    # doubling
+    assert alone.token_ids == plain.generate(PROMPTS[:1], long)[0].token_ids
+    assert 2 * bypass.PROBE_ROUNDS < alone.stats["rounds"] <= 3 * bypass.PROBE_ROUNDS + 1, alone.stats
 
 
 def test_drafts_that_pay_keep_every_round(plain):
     """A free propose and a flat forward: speculation always pays, and the rounds are those of an engine without
     the bypass."""
     llm, off = LLM(spec_bypass=True), LLM(spec_bypass=False)
-    llm.engine.bypass.costs = FixedCosts(lambda n: 10.0, lambda k: 0.0)
+    llm.engine.bypass = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 0.0), calibrate=False)
     params = _params()
     got = llm.generate(PROMPTS, params, trace=True)
     want = off.generate(PROMPTS, params, trace=True)
@@ -74,34 +77,54 @@ def test_drafts_that_pay_keep_every_round(plain):
 
 
 def _seq(tokens_per_round: float, drafts: int = 7):
-    st = bypass.BypassState(tokens_per_round=tokens_per_round)
+    st = bypass.BypassState(window=[tokens_per_round] * bypass.PROBE_ROUNDS, seen=(0, 0, 10))
     return SimpleNamespace(spec=SpecStats(block_size=7), output_ids=[1] * 10, bypass=st, drafts=drafts)
 
 
 def test_the_sequences_whose_drafts_pay_most_speculate():
     """Under a forward whose cost grows with its rows, the sequences expected to accept most speculate and the
-    rest decode plainly; a sequence set aside is probed once its backoff has passed, and a probe that loses doubles
-    the backoff, one that pays resets it."""
-    costs = FixedCosts(lambda n: 10.0 + 0.5 * n, lambda k: 3.0 + 0.2 * k)
-    chooser = bypass.Bypass(costs)
+    rest decode plainly; a sequence set aside is probed for PROBE_ROUNDS rounds once its backoff has passed, and a
+    probe that loses doubles the backoff, one that pays resets it."""
+    costs = FixedCosts(lambda n: 10.0 + 1.5 * n, lambda k: 3.0 + 0.2 * k)
+    chooser = bypass.Bypass(costs, calibrate=False)
     seqs = [_seq(a) for a in (1.1, 6.0, 1.3, 4.5)]
     ell = lambda s: s.drafts  # noqa: E731
-    chosen = chooser.choose(seqs, seqs, ell)
-    assert chosen == {id(seqs[1]), id(seqs[3])}
-    assert [s.bypass.aside_until for s in seqs] == [26, None, 26, None]
-    seqs[0].output_ids += [2] * 16  # its backoff passed: probed, whatever its average
-    assert id(seqs[0]) in chooser.choose(seqs, seqs, ell) and seqs[0].bypass.aside_until == 26
-    seqs[0].spec.record(7, 0)  # the probe's round: nothing accepted
+    assert chooser.choose(seqs, seqs, ell) == {id(seqs[1]), id(seqs[3])}
+    assert [s.bypass.aside_until for s in seqs] == [42, None, 42, None]
+    seqs[0].output_ids += [2] * 32  # its backoff passed: probed, whatever its average
+    for _ in range(bypass.PROBE_ROUNDS):
+        assert id(seqs[0]) in chooser.choose(seqs, seqs, ell)
+        seqs[0].spec.record(7, 0)  # the probe's rounds: nothing accepted
     chooser.choose(seqs, seqs, ell)
-    assert seqs[0].bypass.aside_until == 26 + 32 and seqs[0].bypass.backoff == 32
-    assert seqs[0].spec.bypassed_tokens == 16 and seqs[2].spec.bypassed_tokens == 0
-    seqs[0].output_ids += [2] * 32
-    assert id(seqs[0]) in chooser.choose(seqs, seqs, ell)  # probed again
-    seqs[0].spec.record(7, 7)  # the probe accepts the whole block: its average 0.7 * 1.07 + 0.3 * 8 = 3.15 pays
-    assert id(seqs[0]) in chooser.choose(seqs, seqs, ell) and seqs[0].bypass.tokens_per_round == pytest.approx(3.149)
+    assert seqs[0].bypass.tokens_per_round == 1.0
+    assert seqs[0].bypass.aside_until == 42 + 64 and seqs[0].bypass.backoff == 64
+    assert seqs[0].spec.bypassed_tokens == 32 and seqs[2].spec.bypassed_tokens == 0
+    seqs[0].output_ids += [2] * 64
+    for _ in range(bypass.PROBE_ROUNDS):
+        assert id(seqs[0]) in chooser.choose(seqs, seqs, ell)
+        seqs[0].spec.record(7, 7)  # this probe accepts whole blocks
+    assert id(seqs[0]) in chooser.choose(seqs, seqs, ell) and seqs[0].bypass.tokens_per_round == 8.0
     assert seqs[0].bypass.aside_until is None and seqs[0].bypass.backoff == bypass.FIRST_BACKOFF
-    everyone = chooser.choose([_seq(1.2)], [], ell)  # (no sequence may speculate: nothing to choose)
-    assert everyone == set()
+    assert chooser.choose([_seq(1.2)], [], ell) == set()  # (no sequence may speculate: nothing to choose)
+
+
+def test_real_steps_scale_the_costs():
+    """The ratio of each kind of step's wall clock to its timed costs scales them: once plain steps are found slower
+    than their forward's timing (host work) and rounds about as fast, speculation that the costs alone set aside
+    is chosen."""
+    chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))  # (a round costs two plain steps)
+
+    def choose(tokens_per_round: float) -> bool:
+        seq = _seq(tokens_per_round)
+        return bool(chooser.choose([seq], [seq], lambda s: 7))
+    assert not choose(1.5) and chooser.predicted == (False, 10.0)  # 1 token in 10 ms beats 1.5 in 20
+    chooser.timed(15.0)  # a plain step takes 15 ms where its forward took 10
+    assert chooser.ratio == {False: 1.5, True: None}
+    assert not choose(1.5)  # (rounds scaled as plain steps until one is timed)
+    assert choose(4.0) and chooser.predicted == (True, 20.0)
+    chooser.timed(22.0)
+    assert chooser.ratio[True] == pytest.approx(1.1)
+    assert choose(1.5)  # 1.5 tokens in 22 ms beats 1 in 15
 
 
 def test_costs_are_timed_where_first_needed(plain):

@@ -266,6 +266,7 @@ class Engine:
         """One step ahead when the batch allows (plain greedy decode); a batch that does not first drains the
         pending step, and is scheduled again next call (its sequences' host state was one step behind)."""
         ahead = self.lookahead
+        t = time.perf_counter()
         speculating = self._speculating_now(batch)
         if speculating is None:  # the bypass needs costs timed first, with no work queued ahead
             if ahead is not None and ahead.pending is not None:
@@ -273,17 +274,25 @@ class Engine:
             self.rounds.pending = None  # (the timed proposes replay its graph)
             self.bypass.costs.measure(*self._bypass_needs)
             speculating = self._speculating_now(batch)
+            t = time.perf_counter()
         if ahead is not None and ahead.takes(batch, speculating):
-            return ahead.step(batch)
+            return self._timed(t, batch, ahead.step(batch))
         if ahead is not None and ahead.pending is not None:
             return ahead.drain()
-        return self.rounds.step(batch, speculating)
+        return self._timed(t, batch, self.rounds.step(batch, speculating))
+
+    def _timed(self, t: float, batch, touched: list[Sequence]) -> list[Sequence]:
+        """The step's wall clock to the bypass (decode-only steps: its costs leave prompt chunks out)."""
+        if self.bypass is not None and not batch.prefill:
+            self.bypass.timed((time.perf_counter() - t) * 1e3)
+        return touched
 
     def _speculating_now(self, batch):
         """Which sequences speculate this round: those that may (speculating), less those the bypass sets aside;
         None when the bypass needs costs it has not timed (their counts in _bypass_needs)."""
         if self.bypass is None or self.rounds.simulate is not None:
             return self.speculating
+        self.bypass.predicted = None
         eligible = [s for s in batch.decode if self.speculating(s)]
         if not eligible:
             return self.speculating

@@ -1,33 +1,41 @@
 """Speculation that steps aside where it does not pay: on text the drafter predicts badly, or in a batch large enough
-that verifying drafts costs more than they return. Each sequence's tokens per round are followed (an exponential
-average); each round speculates for the sequences whose drafts are expected to raise the batch's tokens per second,
-by the measured cost of the propose (by sequence count) and of the forward (by token count); the others decode
-plainly and are probed again after a backoff that doubles while speculation keeps losing. The tokens are the same
-either way: speculative output equals plain output."""
+that verifying drafts costs more than they return. Each sequence's tokens per round are measured over a probe of a
+few rounds, then followed (the mean of its recent rounds); each round speculates for the sequences whose drafts are
+expected to raise the batch's tokens per second, by the timed cost of the propose (by sequence count) and of the forward (by
+token count), each scaled by how the engine's real steps compared with it; the others decode plainly and are probed
+again after a backoff that doubles while speculation keeps losing. The tokens are the same either way: speculative
+output equals plain output."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkdec.spec.schedule import StepCosts
 from sparkdec.spec.step_costs import time_forward, time_propose
 
-ALPHA = 0.3  # the weight of a sequence's latest round in its average tokens per round
-FIRST_BACKOFF = 16  # plain tokens before a sequence set aside is probed again; doubled while it keeps losing
-MAX_BACKOFF = 512
-MARGIN = 1.05  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
+PROBE_ROUNDS = 4  # rounds that measure a sequence's tokens per round afresh: its first ones, and each probe's
+WINDOW = 16  # a speculating sequence's tokens per round: the mean of its last WINDOW rounds (acceptance is bursty)
+FIRST_BACKOFF = 32  # plain tokens before a sequence set aside is probed again; doubled while its probes lose
+MAX_BACKOFF = 1024
+MARGIN = 1.25  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
+STEP_ALPHA = 0.1  # the weight of a step in the ratio of real step times to the timed costs
 
 
 @dataclass
 class BypassState:
-    """One sequence's: tokens per round (None before its first round), the output length at which a sequence set
-    aside is probed again (None while it speculates; kept until the probe's round has run), its backoff, whether
-    its last round was a probe, and the rounds, accepted drafts and output length last seen (to count what came
-    since)."""
-    tokens_per_round: float | None = None
+    """One sequence's: the tokens of its rounds since its last probe began (its last WINDOW count), the output length
+    at which a sequence set aside is probed again (None while it speculates), its backoff, whether its rounds come
+    from a probe that followed a set-aside, and the rounds, accepted drafts and output length last seen (to count
+    what came since)."""
+    window: list[float] = field(default_factory=list)
     aside_until: int | None = None
     backoff: int = FIRST_BACKOFF
-    probing: bool = False
+    reprobed: bool = False
     seen: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        """The mean of its recent rounds, or None while it is probed (fewer than PROBE_ROUNDS since the probe)."""
+        return sum(self.window) / len(self.window) if len(self.window) >= PROBE_ROUNDS else None
 
 
 class MeasuredCosts:
@@ -77,34 +85,45 @@ def _points(n: int, tiers: tuple[int, ...]) -> list[int]:
 
 
 class Bypass:
-    def __init__(self, costs):
+    def __init__(self, costs, calibrate: bool = True):
         self.costs = costs  # forward_ms(tokens), propose_ms(seqs), ready(tokens, seqs), measure(tokens, seqs)
+        self.calibrate = calibrate  # False: the costs as they are (tests: choices that follow given costs exactly)
+        # real step ms / the costs' ms, for plain steps and for steps that speculate (host work the timed forward
+        # and propose leave out: scheduling, sampling, commits); None until such a step was timed
+        self.ratio: dict[bool, float | None] = {False: None, True: None}
+        self.predicted: tuple[bool, float] | None = None  # (speculates, ms) of the step choose last chose
 
     def choose(self, batch: list, eligible: list, ell) -> set[int] | None:
         """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
-        round; None when the costs this needs are not measured yet (costs.measure first). ell(seq): the drafts it
+        round; None when the costs this needs are not timed yet (costs.measure first). ell(seq): the drafts it
         would verify."""
-        must, optional = [], []
+        must, optional, aside = [], [], []
         for seq in eligible:
             st = observe(seq)
-            due = st.aside_until is not None and len(seq.output_ids) >= st.aside_until
-            if st.tokens_per_round is None or due:
-                must.append(seq)  # (its first round, or a probe)
-            elif st.aside_until is None:
-                optional.append(seq)
-        if optional:
-            rows = len(batch) + sum(ell(s) for s in must + optional)
-            if not self.costs.ready(rows, len(must) + len(optional)):
-                return None
-            optional.sort(key=lambda s: -s.bypass.tokens_per_round)
-            keep = self._best(len(batch), must, optional, ell)
-            for seq in optional[keep:]:
-                _set_aside(seq)
-            for seq in optional[:keep]:
-                if seq.bypass.probing:  # (its probe paid)
-                    seq.bypass.probing, seq.bypass.backoff = False, FIRST_BACKOFF
-            optional = optional[:keep]
-        return {id(s) for s in must + optional}
+            if st.aside_until is not None and len(seq.output_ids) >= st.aside_until:  # its backoff passed: a probe
+                st.aside_until, st.window, st.reprobed = None, [], True
+            probing = st.aside_until is None and st.tokens_per_round is None
+            (must if probing else aside if st.aside_until is not None else optional).append(seq)
+        self.predicted = None
+        if not self.costs.ready(len(batch) + sum(ell(s) for s in must + optional), len(must) + len(optional)):
+            return None if optional else {id(s) for s in must}
+        optional.sort(key=lambda s: -s.bypass.tokens_per_round)
+        keep = self._best(len(batch), must, optional, ell)
+        for seq in optional[keep:]:
+            _set_aside(seq)
+        for seq in optional[:keep]:
+            seq.bypass.reprobed, seq.bypass.backoff = False, FIRST_BACKOFF  # (its probe paid)
+        chosen = must + optional[:keep]
+        self.predicted = (bool(chosen), self._ms(len(batch), chosen, ell))
+        return {id(s) for s in chosen}
+
+    def timed(self, ms: float) -> None:
+        """The wall-clock ms of the step choose last chose (decode rows only), into the ratio of its kind."""
+        if self.predicted is not None and self.calibrate:
+            kind, predicted = self.predicted
+            old = self.ratio[kind]
+            self.ratio[kind] = ms / predicted if old is None else (1 - STEP_ALPHA) * old + STEP_ALPHA * ms / predicted
+            self.predicted = None
 
     def _best(self, b: int, must: list, optional: list, ell) -> int:
         """How many of optional (by expected tokens per round, highest first) speculate: the most tokens per second
@@ -116,21 +135,25 @@ class Bypass:
     def _rate(self, b: int, spec: list, ell) -> float:
         """Expected tokens per ms of a step where spec speculate and the rest of the b sequences decode plainly."""
         tokens = sum(s.bypass.tokens_per_round or 1.0 for s in spec) + b - len(spec)
-        ms = self.costs.forward_ms(b + sum(ell(s) for s in spec)) + (self.costs.propose_ms(len(spec)) if spec else 0.0)
-        return tokens / ms
+        return tokens / (self._ms(b, spec, ell) * self._ratio(bool(spec)))
+
+    def _ms(self, b: int, spec: list, ell) -> float:
+        """The timed costs' ms of that step."""
+        return self.costs.forward_ms(b + sum(ell(s) for s in spec)) + (self.costs.propose_ms(len(spec)) if spec else 0.0)
+
+    def _ratio(self, speculates: bool) -> float:
+        """Real step time over the costs' for this kind of step (the other kind's until one was timed)."""
+        own, other = self.ratio[speculates], self.ratio[not speculates]
+        return own if own is not None else other if other is not None else 1.0
 
 
 def observe(seq) -> BypassState:
-    """The sequence's state, with what came since it was last seen: its rounds' tokens into the average, or the
-    tokens it decoded plainly while set aside into its SpecStats.bypassed_tokens."""
+    """The sequence's state, with what came since it was last seen: its rounds' tokens into its window, or the tokens it decoded plainly while set aside into its SpecStats.bypassed_tokens."""
     st = seq.bypass = seq.bypass or BypassState(seen=(seq.spec.rounds, seq.spec.accepted_tokens, len(seq.output_ids)))
     rounds, accepted, out = seq.spec.rounds - st.seen[0], seq.spec.accepted_tokens - st.seen[1], len(seq.output_ids)
-    if rounds:
-        now = (accepted + rounds) / rounds
-        st.tokens_per_round = now if st.tokens_per_round is None else (1 - ALPHA) * st.tokens_per_round + ALPHA * now
-        if st.aside_until is not None:  # (a probe's round)
-            st.probing, st.aside_until = True, None
-    elif st.aside_until is not None:
+    if rounds:  # (one round a step: a choice comes before each)
+        st.window = (st.window + [(accepted + rounds) / rounds] * rounds)[-WINDOW:]
+    else:  # (tokens with no round: decoded plainly, set aside, or in the step drained before its probe)
         seq.spec.bypassed_tokens += out - st.seen[2]
     st.seen = (seq.spec.rounds, seq.spec.accepted_tokens, out)
     return st
@@ -139,6 +162,6 @@ def observe(seq) -> BypassState:
 def _set_aside(seq) -> None:
     """Plain decoding for the sequence until it has backoff more tokens; a probe that lost doubles the backoff."""
     st = seq.bypass
-    if st.probing:
-        st.backoff, st.probing = min(2 * st.backoff, MAX_BACKOFF), False
+    if st.reprobed:
+        st.backoff, st.reprobed = min(2 * st.backoff, MAX_BACKOFF), False
     st.aside_until = len(seq.output_ids) + st.backoff
