@@ -83,6 +83,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if st["rounds"]:
         rates = " ".join(f"{r:.2f}" if r is not None else "-" for r in st["per_position_acceptance"])
         line += f" | rounds {st['rounds']} | AL {st['mean_acceptance_length']:.2f} | per-position {rates}"
+    if st["bypassed_tokens"]:  # (spec/bypass.py: decoded plainly where drafts were not expected to pay)
+        line += f" | {st['bypassed_tokens']} tok plain (bypass)"
     print(line + "]", file=sys.stderr)
     if args.timing or os.environ.get("SPARKDEC_TIMING") == "1":
         print(timing_line(engine.rounds.timing), file=sys.stderr)
