@@ -67,12 +67,14 @@
 # decode unprocessed inside a thinking block, and drafted the text grammars force; no machine was lent for more.
 # Next: 61 (their GPU tests and the A/B), 62, then 1 and 25.
 # Session 44 had no device (none lent): it masked guided requests' rows before the round's one read
-# (processed.GUIDED_ON_DEVICE); its GPU test is test_bf16_guided_decoding (in 61), its A/B the second half of 62.
+# (processed.GUIDED_ON_DEVICE; its GPU test is test_bf16_guided_decoding, in 61; its A/B the second half of 62) and
+# added the speculation bypass (spec/bypass.py, on by default: 63). Next: 61, 62, 63, then 1 and 25.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
 # 62. (session 43) forced drafts' A/B on the tiny pair (scripts/ab_guided_drafts.py cuda forced), then (session 44)
 #     guided rows masked before the one read (... cuda ondevice)
+# 63. (session 44) the speculation bypass: its GPU test (graphs, bf16), then scripts/ab_bypass.py on the tiny pair
 # 1. the GPU suite's first half (with the Gluon split's tests: 47 tests take about 540 s), then 25 for the rest
 # 25. the GPU suite's second half, then the 4B kernel bench at 1k and 8k (the model's own window)
 # 2. the kernel timeline of the decode, verify and propose graphs, and where sampled decoding's time goes
@@ -350,6 +352,10 @@ elif [ "$1" = 62 ]; then  # (staged in session 43) forced drafts on the tiny pai
   timeout 150 python scripts/ab_guided_drafts.py $OUT/forced_drafts_ab_h200_tiny.json cuda forced 2>&1 | tail -4
   # (session 44) a grammar's masks before the round's one read, rounds chained (processed.GUIDED_ON_DEVICE)
   timeout 150 python scripts/ab_guided_drafts.py $OUT/guided_on_device_ab_h200_tiny.json cuda ondevice 2>&1 | tail -4
+elif [ "$1" = 63 ]; then  # (staged in session 44) the speculation bypass: its GPU test, then its A/B on the tiny pair
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "bypass" 2>&1 \
+    | grep -E "passed|failed|^E  |^FAILED" | head
+  timeout 350 python scripts/ab_bypass.py $OUT/bypass_ab_h200_tiny.json cuda 2>&1 | tail -6
 elif [ "$1" = 60 ]; then  # (staged in session 42) the 4B bench at 1k with processed requests' cost (plain ms/token
   # and spec ms/round with repetition + presence penalties, bench/kernels.PROCESSED)
   timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \

@@ -1082,3 +1082,36 @@ def test_attention_load_schedules_keep_the_tokens(tmp_path, monkeypatch):
     for graphs in (True, False):
         llm = LLM(model=str(model), device="cuda", dtype="bfloat16", cuda_graphs=graphs)
         assert [o.token_ids for o in llm.generate(prompts, params)] == want, graphs
+
+
+def test_bf16_bypass_keeps_the_tokens_with_graphs():
+    """The speculation bypass (spec/bypass.py) with graphs in bf16: sequences set aside (a propose given a prohibitive
+    cost) decode plainly one step ahead and are probed again, and the engine's own costs timed on trash rows between
+    steps (the plain step queued ahead drained, the queued propose dropped) leave every request's tokens as plain
+    decoding's, greedy and sampled."""
+    from sparkdec.spec import bypass
+
+    class Prohibitive:
+        def ready(self, tokens, seqs):
+            return True
+
+        def forward_ms(self, tokens):
+            return 1.0
+
+        def propose_ms(self, seqs):
+            return 100.0
+
+    prompts = ["def parse(line):\n", "The standard library provides", "class Stack:\n"]
+    params = [SamplingParams(max_tokens=200, ignore_eos=True),
+              SamplingParams(max_tokens=150, ignore_eos=True, temperature=1.2, seed=5),
+              SamplingParams(max_tokens=180, ignore_eos=True, temperature=0.8, top_p=0.95, seed=6)]
+    want = [o.token_ids for o in LLM(device="cuda", dtype="bfloat16", speculative=False).generate(prompts, params)]
+    aside = LLM(device="cuda", dtype="bfloat16", spec_bypass=True)
+    aside.engine.bypass = bypass.Bypass(Prohibitive(), calibrate=False)
+    outs = aside.generate(prompts, params)
+    assert [o.token_ids for o in outs] == want and all(o.stats["bypassed_tokens"] > 100 for o in outs)
+    timed = LLM(device="cuda", dtype="bfloat16", spec_bypass=True, max_num_seqs=4)
+    for n in (1, 3):  # (a second batch size times more points mid-run)
+        assert [o.token_ids for o in timed.generate(prompts[:n], params[:n])] == want[:n]
+    costs = timed.engine.bypass.costs
+    assert {1, 2, 4, 8}.issubset(costs.forward_points) and 1 in costs.propose_points
