@@ -138,3 +138,27 @@ def test_costs_are_timed_where_first_needed(plain):
     assert set(costs.forward_points) == {1, 2, 4, 8, 16} and set(costs.propose_points) == {1, 2}
     assert all(ms > 0 for ms in list(costs.forward_points.values()) + list(costs.propose_points.values()))
     assert bypass._points(9, (1, 3, 12, 64)) == [1, 2, 3, 4, 8, 12, 16]
+
+
+def test_rejection_sampled_requests_always_speculate():
+    """Rejection-sampled rows give other tokens than plain sampling (the same distribution), so a seeded request of
+    the rejection mode speculates every round whatever the costs: its tokens do not depend on timings; its greedy
+    neighbour speculates too (the propose is paid for anyway, and the forward costs nothing more)."""
+    params = [SamplingParams(max_tokens=60, ignore_eos=True, temperature=0.9, seed=3),
+              SamplingParams(max_tokens=60, ignore_eos=True)]
+    off = LLM(accept_mode="rejection", spec_bypass=False).generate(PROMPTS[:2], params, trace=True)
+    llm = LLM(accept_mode="rejection", spec_bypass=True)
+    llm.engine.bypass = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 100.0), calibrate=False)
+    on = llm.generate(PROMPTS[:2], params, trace=True)
+    assert on[0].token_ids == off[0].token_ids and len(on[0].rounds) == len(off[0].rounds)
+    assert on[1].token_ids == off[1].token_ids and [o.stats["bypassed_tokens"] for o in on] == [0, 0]
+
+
+def test_one_step_says_little_of_the_ratio():
+    """A step that only queued work (0 ms) or waited on something else moves the ratio of real to timed costs by at
+    most RATIO_RANGE."""
+    chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
+    seq = _seq(1.5)
+    chooser.choose([seq], [seq], lambda s: 7)
+    chooser.timed(0.0)
+    assert chooser.ratio[False] == bypass.RATIO_RANGE[0] and chooser.predicted is None

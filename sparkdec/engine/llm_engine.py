@@ -276,7 +276,9 @@ class Engine:
             speculating = self._speculating_now(batch)
             t = time.perf_counter()
         if ahead is not None and ahead.takes(batch, speculating):
-            return self._timed(t, batch, ahead.step(batch))
+            first = ahead.pending is None  # (a first step only queues its forward: nothing to time)
+            touched = ahead.step(batch)
+            return touched if first else self._timed(t, batch, touched)
         if ahead is not None and ahead.pending is not None:
             return ahead.drain()
         return self._timed(t, batch, self.rounds.step(batch, speculating))
@@ -293,12 +295,17 @@ class Engine:
         if self.bypass is None or self.rounds.simulate is not None:
             return self.speculating
         self.bypass.predicted = None
-        eligible = [s for s in batch.decode if self.speculating(s)]
-        if not eligible:
+        may = [s for s in batch.decode if self.speculating(s)]
+        if not may:
             return self.speculating
-        chosen = self.bypass.choose(batch.decode, eligible, self._verify_drafts)
+        # (rejection-sampled rows give other tokens than plain sampling, the same distribution: a choice that
+        # follows timings would make a seeded request's tokens vary, so they speculate every round)
+        rejection = self.config.accept_mode == "rejection"
+        always = [s for s in may if rejection and not s.params.greedy]
+        eligible = [s for s in may if not (rejection and not s.params.greedy)]
+        chosen = self.bypass.choose(batch.decode, eligible, self._verify_drafts, always)
         if chosen is None:
-            self._bypass_needs = (len(batch.decode) + sum(map(self._verify_drafts, eligible)), len(eligible))
+            self._bypass_needs = (len(batch.decode) + sum(map(self._verify_drafts, may)), len(may))
             return None
         if self.rounds.pending is not None:
             for seq in eligible:
@@ -310,4 +317,6 @@ class Engine:
         seq = self.scheduler.abort(request_id)
         if seq is not None:
             seq.finish_time = time.perf_counter()
+            if seq.bypass is not None:
+                observe(seq)
         return seq

@@ -18,6 +18,7 @@ FIRST_BACKOFF = 32  # plain tokens before a sequence set aside is probed again; 
 MAX_BACKOFF = 1024
 MARGIN = 1.25  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
 STEP_ALPHA = 0.1  # the weight of a step in the ratio of real step times to the timed costs
+RATIO_RANGE = (0.5, 4.0)  # what one step may say of that ratio
 
 
 @dataclass
@@ -93,58 +94,74 @@ class Bypass:
         self.ratio: dict[bool, float | None] = {False: None, True: None}
         self.predicted: tuple[bool, float] | None = None  # (speculates, ms) of the step choose last chose
 
-    def choose(self, batch: list, eligible: list, ell) -> set[int] | None:
+    def choose(self, batch: list, eligible: list, ell, always: list = ()) -> set[int] | None:
         """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
         round; None when the costs this needs are not timed yet (costs.measure first). ell(seq): the drafts it
-        would verify."""
-        must, optional, aside = [], [], []
+        would verify; always: sequences of the batch that speculate every round (counted in the costs)."""
+        must, optional = list(always), []
         for seq in eligible:
             st = observe(seq)
             if st.aside_until is not None and len(seq.output_ids) >= st.aside_until:  # its backoff passed: a probe
                 st.aside_until, st.window, st.reprobed = None, [], True
-            probing = st.aside_until is None and st.tokens_per_round is None
-            (must if probing else aside if st.aside_until is not None else optional).append(seq)
+            if st.aside_until is None:
+                (must if st.tokens_per_round is None else optional).append(seq)
+        drafts = {id(s): ell(s) for s in must + optional}  # (each sequence's once: choices are per step)
         self.predicted = None
-        if not self.costs.ready(len(batch) + sum(ell(s) for s in must + optional), len(must) + len(optional)):
+        if not self.costs.ready(len(batch) + sum(drafts.values()), len(drafts)):
             return None if optional else {id(s) for s in must}
         optional.sort(key=lambda s: -s.bypass.tokens_per_round)
-        keep = self._best(len(batch), must, optional, ell)
+        keep = self._best(len(batch), must, optional, drafts)
         for seq in optional[keep:]:
             _set_aside(seq)
         for seq in optional[:keep]:
             seq.bypass.reprobed, seq.bypass.backoff = False, FIRST_BACKOFF  # (its probe paid)
         chosen = must + optional[:keep]
-        self.predicted = (bool(chosen), self._ms(len(batch), chosen, ell))
+        self.predicted = (bool(chosen), self._ms(len(batch), len(chosen), sum(drafts[id(s)] for s in chosen)))
         return {id(s) for s in chosen}
 
     def timed(self, ms: float) -> None:
-        """The wall-clock ms of the step choose last chose (decode rows only), into the ratio of its kind."""
+        """The wall-clock ms of the step choose last chose (decode rows only), into the ratio of its kind (each
+        step's ratio kept within RATIO_RANGE: a step that only queued work, or waited on something else, says
+        little)."""
         if self.predicted is not None and self.calibrate:
             kind, predicted = self.predicted
+            now = min(max(ms / predicted, RATIO_RANGE[0]), RATIO_RANGE[1])
             old = self.ratio[kind]
-            self.ratio[kind] = ms / predicted if old is None else (1 - STEP_ALPHA) * old + STEP_ALPHA * ms / predicted
-            self.predicted = None
+            self.ratio[kind] = now if old is None else (1 - STEP_ALPHA) * old + STEP_ALPHA * now
+        self.predicted = None
 
-    def _best(self, b: int, must: list, optional: list, ell) -> int:
+    def _best(self, b: int, must: list, optional: list, drafts: dict) -> int:
         """How many of optional (by expected tokens per round, highest first) speculate: the most tokens per second
         for the batch of b sequences; all of them unless fewer are expected to be faster by MARGIN."""
-        rates = [self._rate(b, must + optional[:k], ell) for k in range(len(optional) + 1)]
+        tokens = sum(_expected(s) for s in must) + b - len(must)  # expected tokens of the step
+        rows = sum(drafts[id(s)] for s in must)  # its draft rows
+        rates = [self._rate(b, len(must), rows, tokens)]
+        for k, seq in enumerate(optional, 1):
+            tokens, rows = tokens + seq.bypass.tokens_per_round - 1, rows + drafts[id(seq)]
+            rates.append(self._rate(b, len(must) + k, rows, tokens))
         best = max(range(len(rates)), key=lambda k: (rates[k], k))
         return best if rates[best] > MARGIN * rates[-1] else len(optional)
 
-    def _rate(self, b: int, spec: list, ell) -> float:
-        """Expected tokens per ms of a step where spec speculate and the rest of the b sequences decode plainly."""
-        tokens = sum(s.bypass.tokens_per_round or 1.0 for s in spec) + b - len(spec)
-        return tokens / (self._ms(b, spec, ell) * self._ratio(bool(spec)))
+    def _rate(self, b: int, spec: int, rows: int, tokens: float) -> float:
+        """Expected tokens per ms of a step of b sequences where spec of them speculate with rows drafts in all."""
+        return tokens / (self._ms(b, spec, rows) * self._ratio(spec > 0))
 
-    def _ms(self, b: int, spec: list, ell) -> float:
+    def _ms(self, b: int, spec: int, rows: int) -> float:
         """The timed costs' ms of that step."""
-        return self.costs.forward_ms(b + sum(ell(s) for s in spec)) + (self.costs.propose_ms(len(spec)) if spec else 0.0)
+        return self.costs.forward_ms(b + rows) + (self.costs.propose_ms(spec) if spec else 0.0)
 
     def _ratio(self, speculates: bool) -> float:
         """Real step time over the costs' for this kind of step (the other kind's until one was timed)."""
         own, other = self.ratio[speculates], self.ratio[not speculates]
         return own if own is not None else other if other is not None else 1.0
+
+
+def _expected(seq) -> float:
+    """A sequence's expected tokens per round: its bypass's, else its rounds' mean so far, else 1."""
+    st = seq.bypass
+    if st is not None and st.tokens_per_round is not None:
+        return st.tokens_per_round
+    return (seq.spec.accepted_tokens + seq.spec.rounds) / seq.spec.rounds if seq.spec.rounds else 1.0
 
 
 def observe(seq) -> BypassState:
