@@ -93,7 +93,7 @@ class Matcher:
         allow every token: their tokens are never committed (the row before cannot choose that draft)."""
         import xgrammar as xgr
 
-        if self.phase == FREE and self.close_id not in drafts[:n - 1]:
+        if self.unmasked(drafts, n):
             return None
         if self._bits.shape[0] < n:
             self._bits = xgr.allocate_token_bitmask(n, self.vocab_size)
@@ -106,6 +106,10 @@ class Matcher:
                 walk.step(drafts[k])
         walk.undo()
         return self.unpack(bits, device)
+
+    def unmasked(self, drafts: list[int], n: int) -> bool:
+        """Are all n rows after these drafts free (inside a thinking block that none of them closes)?"""
+        return self.phase == FREE and self.close_id not in drafts[:n - 1]
 
     @_guarded([])
     def forced(self, limit: int) -> list[int]:
@@ -156,6 +160,66 @@ class Matcher:
         return (((words[:, :, None] >> shifts) & 1) != 0).reshape(bits.shape[0], -1)[:, :self.vocab_size]
 
 
+def allowed_rows(asks: list, device) -> list:
+    """Matcher.allowed for several requests at once: asks (matcher, drafts, n) -> each one's bool [n, V] or None.
+    Their grammars are walked together, depth by depth, each depth's masks filled by xgrammar's batch matcher on
+    several threads (the requests' walks are independent: the same masks as one request at a time), and copied to
+    the device in one transfer. A failure in xgrammar falls back to one request at a time (each then guarded)."""
+    live = [j for j, (m, drafts, n) in enumerate(asks) if m.fault is None and not m.unmasked(drafts, n)]
+    out = [None] * len(asks)
+    if len(live) < 2:
+        for j in live:
+            out[j] = asks[j][0].allowed(*asks[j][1:], device)
+        return out
+    try:
+        bits, at = _walk_together([asks[j] for j in live])
+    except Exception:  # noqa: BLE001 (xgrammar: one request's matcher; each alone finds which)
+        log.warning("batched grammar walk failed; walking the requests one at a time", exc_info=True)
+        for j in live:
+            out[j] = asks[j][0].allowed(*asks[j][1:], device)
+        return out
+    rows = asks[live[0]][0].unpack(bits, device)  # [sum n, V]
+    for j, a in zip(live, at):
+        out[j] = rows[a:a + asks[j][2]]
+    return out
+
+
+def _walk_together(asks: list) -> tuple:
+    """The masks of asks (matcher, drafts, n), all walked depth by depth -> (int32 [sum n, W] bitmask, each ask's
+    first row)."""
+    import xgrammar as xgr
+
+    at, total = [], 0
+    for _, _, n in asks:
+        at.append(total)
+        total += n
+    bits = xgr.allocate_token_bitmask(total, asks[0][0].vocab_size)
+    bits.fill_(-1)  # every bit set: every token allowed
+    walks = [_Walk(m) for m, _, _ in asks]
+    try:
+        for k in range(max(n for _, _, n in asks)):
+            now = [(w, a + k) for w, a, (_, _, n) in zip(walks, at, asks) if k < n and w.masks()]
+            if now:
+                _batch().batch_fill_next_token_bitmask([w.m for w, _ in now], bits, [r for _, r in now])
+            for w, row in now:
+                w.open_bit(bits, row)
+            for w, (_, drafts, n) in zip(walks, asks):
+                if k < n - 1:
+                    w.step(drafts[k])
+    finally:
+        for w in walks:
+            w.undo()
+    return bits, at
+
+
+@functools.lru_cache(maxsize=1)
+def _batch():
+    """xgrammar's batch matcher (its threads: half the machine's, xgrammar's default)."""
+    import xgrammar as xgr
+
+    return xgr.BatchGrammarMatcher()
+
+
 class _Walk:
     """Drafts fed to a matcher on trial: the phase they reach and the tokens its grammar took (undo gives them back).
     A draft the grammar refuses ends the walk: later rows are free."""
@@ -164,14 +228,22 @@ class _Walk:
         self.o, self.phase, self.taken, self.dead = owner, owner.phase, 0, False
         self.m = owner.grammar_for(owner.phase)
 
+    def masks(self) -> bool:
+        """Is the walk's next row masked (under a grammar that is not done, no draft refused so far)?"""
+        return not (self.phase == FREE or self.dead or self.m.is_terminated())
+
     def mask_into(self, bits: torch.Tensor, row: int) -> bool:
         """Write the row's mask into bits (left all ones when free) -> whether the row is masked."""
-        if self.phase == FREE or self.dead or self.m.is_terminated():
+        if not self.masks():
             return False
         self.m.fill_next_token_bitmask(bits, row)
-        if self.phase == START:  # the output may open the thinking block here
-            bits[row, self.o.open_id // 32] |= _bit(self.o.open_id % 32)
+        self.open_bit(bits, row)
         return True
+
+    def open_bit(self, bits: torch.Tensor, row: int) -> None:
+        """Before the thinking block may open (START), its open token is allowed too in a row filled by the grammar."""
+        if self.phase == START:
+            bits[row, self.o.open_id // 32] |= _bit(self.o.open_id % 32)
 
     def step(self, token: int) -> None:
         if self.dead:

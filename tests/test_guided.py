@@ -462,3 +462,43 @@ def test_guided_rows_are_masked_before_the_rounds_one_read(engines, guided_draft
     engines["spec"].generate(prompts[:1], params[0])
     assert not any(chained)  # (a second read: the next propose waits for it)
     assert [o.token_ids for o in engines["plain"].generate(prompts, params)] == got
+
+
+def test_grammars_walked_together_give_each_ones_masks(engines, monkeypatch):
+    """grammar_matcher.allowed_rows walks several requests' grammars depth by depth with xgrammar's batch matcher:
+    each request's rows are those Matcher.allowed gives it alone (drafts the grammar refuses, a thinking block
+    before, inside and closed by a draft, a finished choice), the matchers are left as they were, and an xgrammar
+    failure falls back to one request at a time."""
+    from sparkdec import grammar_matcher
+
+    eng = engines["plain"].engine
+    tok = eng.tokenizer
+    thinking = Guided(regex=r" [0-9]{1,4}", thinking=("):", "Ġ="))
+
+    def matcher(guided, ids=()):
+        m = eng.guide_for([1, 2], SamplingParams(guided=guided))
+        for t in ids:
+            m.accept(t)
+        return m
+    close, opener = tok.token_to_id("Ġ="), tok.token_to_id("):")
+    asks = [(matcher(GUIDES[0]), tok.encode('{"name": "ab", "line'), 8),
+            (matcher(GUIDES[1]), tok.encode("x") + [5, 6], 4),  # (its first draft refused: later rows free)
+            (matcher(GUIDES[2], tok.encode("yes")), [], 1),  # (finished: only the end)
+            (matcher(thinking), [opener] + tok.encode(" 1"), 4),  # (before the block, may open it)
+            (matcher(thinking, [opener]), tok.encode(" x") + [close] + tok.encode(" 12"), 6),  # (closed in the drafts)
+            (matcher(thinking, [opener]), tok.encode(" x y"), 3),  # (inside, no close: no mask)
+            (matcher(GUIDES[3]), tok.encode("def f"), 5)]
+    asks = [(m, d, min(n, len(d) + 1)) for m, d, n in asks]  # (a row per draft, and one after)
+    alone = [m.allowed(d, n, "cpu") for m, d, n in asks]
+    before = [m.allowed([], 1, "cpu") for m, _, _ in asks]
+    together = grammar_matcher.allowed_rows(asks, "cpu")
+    assert [a is None for a in together] == [a is None for a in alone] == [False] * 5 + [True, False]
+    assert all(torch.equal(a, b) for a, b in zip(together, alone) if a is not None)
+    after = [m.allowed([], 1, "cpu") for m, _, _ in asks]
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(before, after))
+
+    def failing():
+        raise RuntimeError("batch matcher failed")
+    monkeypatch.setattr(grammar_matcher, "_batch", failing)
+    again = grammar_matcher.allowed_rows(asks, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(again, alone) if a is not None)

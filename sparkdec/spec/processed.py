@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from sparkdec.engine.runner import rows_tensor
+from sparkdec.grammar_matcher import allowed_rows
 from sparkdec.penalties import DraftProcessing, History, processed_rows, processes, rewrites, row_span
 from sparkdec.row_processing import process_batch
 from sparkdec.staging import to_device
@@ -30,20 +31,15 @@ GUIDED_ON_DEVICE = True
 def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
     """spans: (seq, first logit row, rows, speculating index or None) -> id(seq) -> its rows processed [n, V], for
     the sequences that process their logits."""
-    picked, pieces, each = [], [], []
-    for seq, r0, n, i in spans:
-        if processes_now(seq):
-            ver = drafts[i][:n - 1] if i is not None else []
-            rows = rows_tensor(logits[r0:r0 + n])
-            allowed = seq.guide.allowed(ver, n, rows.device) if seq.guide is not None else None
-            each.append(row_span(rows.shape, seq.params, seq.prompt_ids, seq.output_ids, ver, allowed, held_back(seq),
-                                 seq.bad_words, history(seq), 0, rows.device))
-            picked.append((seq, n))
-            pieces.append(rows)
+    picked = [(seq, n, drafts[i][:n - 1] if i is not None else []) for seq, r0, n, i in spans if processes_now(seq)]
     if not picked:
         return {}
+    pieces = [rows_tensor(logits[r0:r0 + n]) for seq, r0, n, i in spans if processes_now(seq)]
+    walked = grammar_masks([(seq, ver, n) for seq, n, ver in picked], pieces[0].device)
+    each = [row_span(rows.shape, seq.params, seq.prompt_ids, seq.output_ids, ver, walked.get(id(seq)), held_back(seq),
+                     seq.bad_words, history(seq), 0, rows.device) for (seq, n, ver), rows in zip(picked, pieces)]
     x, out, at = process_batch(torch.cat(pieces), each), {}, 0  # [sum n, V]
-    for seq, n in picked:
+    for seq, n, _ in picked:
         out[id(seq)], at = x[at:at + n], at + n
     return out
 
@@ -150,18 +146,25 @@ def device_processing(spans, guided: dict | None = None):
     (first 0); called once the verify is queued, so the grammar's walk runs while the device computes."""
     def process(rows: torch.Tensor):
         at, each = [], []
+        walked = grammar_masks([(seq, guided[id(seq)]()[:n - 1] if guided and id(seq) in guided else [], n)
+                                for seq, _, n, _, _ in spans if masks(seq)], rows.device)
         for seq, r0, n, drafts, first in spans:
-            allowed = None
-            if masks(seq):
-                ver = guided[id(seq)]() if guided and id(seq) in guided else []
-                allowed = seq.guide.allowed(ver[:n - 1], n, rows.device)
             each.append(row_span((n, rows.shape[1]), seq.params, seq.prompt_ids, seq.output_ids,
-                                 drafts if drafts is not None else [], allowed, held_back(seq), seq.bad_words,
-                                 history(seq), first, rows.device))
+                                 drafts if drafts is not None else [], walked.get(id(seq)), held_back(seq),
+                                 seq.bad_words, history(seq), first, rows.device))
             at += range(r0, r0 + n)
         x = process_batch(rows.index_select(0, to_device(at, rows.device)), each)  # [m, V]
         return at, x, row_states(x)
     return process
+
+
+def grammar_masks(asks, device) -> dict[int, torch.Tensor]:
+    """asks (seq, its drafts before the rows, rows) of guided sequences -> id(seq) -> bool [rows, V], each row's
+    allowed tokens after the drafts before it (grammar_matcher.allowed_rows: the grammars walked together), for
+    those that have a mask."""
+    asks = [(seq, ver, n) for seq, ver, n in asks if seq.guide is not None]
+    got = allowed_rows([(seq.guide, ver, n) for seq, ver, n in asks], device) if asks else []
+    return {id(seq): mask for (seq, _, _), mask in zip(asks, got) if mask is not None}
 
 
 class DraftsOnHost:
