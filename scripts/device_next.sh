@@ -356,6 +356,10 @@ elif [ "$1" = 63 ]; then  # (staged in session 44) the speculation bypass: its G
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "bypass" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED" | head
   timeout 350 python scripts/ab_bypass.py $OUT/bypass_ab_h200_tiny.json cuda 2>&1 | tail -6
+  # the grammar walk of 1-16 guided requests at a 151936-token vocabulary, one at a time and together on the host's
+  # threads (grammar_matcher.WALK_TOGETHER, off: slower on this machine's one thread)
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
+  timeout 200 python scripts/grammar_walk_cost.py $OUT/grammar_walk_cost_h200host.json 151936 2>&1 | tail -3
 elif [ "$1" = 60 ]; then  # (staged in session 42) the 4B bench at 1k with processed requests' cost (plain ms/token
   # and spec ms/round with repetition + presence penalties, bench/kernels.PROCESSED)
   timeout 200 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \

@@ -160,14 +160,22 @@ class Matcher:
         return (((words[:, :, None] >> shifts) & 1) != 0).reshape(bits.shape[0], -1)[:, :self.vocab_size]
 
 
-def allowed_rows(asks: list, device) -> list:
-    """Matcher.allowed for several requests at once: asks (matcher, drafts, n) -> each one's bool [n, V] or None.
-    Their grammars are walked together, depth by depth, each depth's masks filled by xgrammar's batch matcher on
-    several threads (the requests' walks are independent: the same masks as one request at a time), and copied to
-    the device in one transfer. A failure in xgrammar falls back to one request at a time (each then guarded)."""
+# True: a round's guided requests are walked together (allowed_rows) by xgrammar's batch matcher, on half the machine's
+# cores; False: one at a time. CPU, 2 cores (one batch thread), a synthetic 151936-token vocabulary, 8 rows per
+# request: 4 requests 31.5 -> 33.2 ms, 16 requests 80.3 -> 119.4 ms (grammar_walk_cost_cpu_2026-12-05.json): slower
+# on one thread; unmeasured where it gets several (scripts/device_next.sh 63), so off.
+WALK_TOGETHER = False
+
+
+def allowed_rows(asks: list, device, together: bool | None = None) -> list:
+    """Matcher.allowed for several requests: asks (matcher, drafts, n) -> each one's bool [n, V] or None. together
+    (None: WALK_TOGETHER): their grammars walked depth by depth, each depth's masks filled by xgrammar's batch matcher
+    on several threads (the requests' walks are independent: the same masks as one request at a time), copied to
+    the device in one transfer; a failure in xgrammar falls back to one request at a time (each then guarded)."""
+    together = WALK_TOGETHER if together is None else together
     live = [j for j, (m, drafts, n) in enumerate(asks) if m.fault is None and not m.unmasked(drafts, n)]
     out = [None] * len(asks)
-    if len(live) < 2:
+    if len(live) < 2 or not together:
         for j in live:
             out[j] = asks[j][0].allowed(*asks[j][1:], device)
         return out

@@ -491,7 +491,7 @@ def test_grammars_walked_together_give_each_ones_masks(engines, monkeypatch):
     asks = [(m, d, min(n, len(d) + 1)) for m, d, n in asks]  # (a row per draft, and one after)
     alone = [m.allowed(d, n, "cpu") for m, d, n in asks]
     before = [m.allowed([], 1, "cpu") for m, _, _ in asks]
-    together = grammar_matcher.allowed_rows(asks, "cpu")
+    together = grammar_matcher.allowed_rows(asks, "cpu", together=True)
     assert [a is None for a in together] == [a is None for a in alone] == [False] * 5 + [True, False]
     assert all(torch.equal(a, b) for a, b in zip(together, alone) if a is not None)
     after = [m.allowed([], 1, "cpu") for m, _, _ in asks]
@@ -500,5 +500,5 @@ def test_grammars_walked_together_give_each_ones_masks(engines, monkeypatch):
     def failing():
         raise RuntimeError("batch matcher failed")
     monkeypatch.setattr(grammar_matcher, "_batch", failing)
-    again = grammar_matcher.allowed_rows(asks, "cpu")
+    again = grammar_matcher.allowed_rows(asks, "cpu", together=True)
     assert all(torch.equal(a, b) for a, b in zip(again, alone) if a is not None)
