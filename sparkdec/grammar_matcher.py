@@ -181,12 +181,12 @@ def allowed_rows(asks: list, device, together: bool | None = None) -> list:
         return out
     try:
         bits, at = _walk_together([asks[j] for j in live])
+        rows = asks[live[0]][0].unpack(bits, device)  # [sum n, V]
     except Exception:  # noqa: BLE001 (xgrammar: one request's matcher; each alone finds which)
         log.warning("batched grammar walk failed; walking the requests one at a time", exc_info=True)
         for j in live:
             out[j] = asks[j][0].allowed(*asks[j][1:], device)
         return out
-    rows = asks[live[0]][0].unpack(bits, device)  # [sum n, V]
     for j, a in zip(live, at):
         out[j] = rows[a:a + asks[j][2]]
     return out
@@ -215,8 +215,11 @@ def _walk_together(asks: list) -> tuple:
                 if k < n - 1:
                     w.step(drafts[k])
     finally:
-        for w in walks:
-            w.undo()
+        for w in walks:  # (each on its own: a matcher that cannot go back ends its request, not the others')
+            try:
+                w.undo()
+            except Exception as exc:  # noqa: BLE001
+                w.o.fault = f"guided decoding failed in the grammar engine: {type(exc).__name__}: {exc}"
     return bits, at
 
 

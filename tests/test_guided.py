@@ -502,3 +502,17 @@ def test_grammars_walked_together_give_each_ones_masks(engines, monkeypatch):
     monkeypatch.setattr(grammar_matcher, "_batch", failing)
     again = grammar_matcher.allowed_rows(asks, "cpu", together=True)
     assert all(torch.equal(a, b) for a, b in zip(again, alone) if a is not None)
+    monkeypatch.undo()
+    real, steps = grammar_matcher._Walk.step, []
+
+    def failing_late(walk, token):  # (xgrammar failing mid-walk, drafts already taken by the walks)
+        steps.append(token)
+        if len(steps) == 12:
+            raise RuntimeError("accept failed")
+        return real(walk, token)
+    monkeypatch.setattr(grammar_matcher._Walk, "step", failing_late)
+    late = grammar_matcher.allowed_rows(asks, "cpu", together=True)
+    monkeypatch.undo()
+    assert all(torch.equal(a, b) for a, b in zip(late, alone) if a is not None) and len(steps) > 12  # (then alone)
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in
+               zip(before, [m.allowed([], 1, "cpu") for m, _, _ in asks]))

@@ -157,7 +157,8 @@ class Bypass:
 
 
 def _expected(seq) -> float:
-    """A sequence's expected tokens per round: its bypass's, else its rounds' mean so far, else 1."""
+    """A sequence's expected tokens per round: its bypass's, else (probing, or speculating every round) its rounds'
+    mean so far, else 1."""
     st = seq.bypass
     if st is not None and st.tokens_per_round is not None:
         return st.tokens_per_round
