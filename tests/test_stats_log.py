@@ -24,3 +24,5 @@ def test_stats_line_every_interval_with_rates_since_the_last_and_none_while_idle
     assert stats.step(100, 260, 140, 70) is None  # (the idle check started a new interval)
     now[0] = 35.0
     assert stats.step(100, 260, 140, 70).startswith("prompt 0.0 tokens/s, generation 6.0 tokens/s")  # over 10 s
+    now[0] = 45.0
+    assert stats.step(100, 360, 160, 80, 25).endswith(", 25.0% of tokens plain (speculation set aside)")  # (bypass)

@@ -45,7 +45,8 @@ class Metrics:
         Gauge(PREFIX + "num_requests_waiting", "Requests waiting for a batch slot or KV pages.",
               registry=r).set_function(lambda: len(sched.waiting))
         r.register(_SchedulerCounters(sched))
-        self.totals = [0, 0, 0, 0]  # prompt, generated, draft and accepted tokens so far (for server/stats_log.py)
+        # prompt, generated, draft, accepted and bypassed tokens so far (for server/stats_log.py)
+        self.totals = [0, 0, 0, 0, 0]
         for j in range(engine.block_size):  # every position shows up from the start, at 0
             self.accepted_per_pos.labels(position=str(j))
 
@@ -55,6 +56,7 @@ class Metrics:
         self.draft_tokens.inc(new[1] - old[1])
         self.accepted_tokens.inc(new[2] - old[2])
         self.bypassed_tokens.inc(new[4] - old[4])
+        self.totals[4] += new[4] - old[4]
         self.totals[2] += new[1] - old[1]
         self.totals[3] += new[2] - old[2]
         for j, (a, b) in enumerate(zip(old[3] or [0] * len(new[3]), new[3])):

@@ -15,15 +15,18 @@ class StatsLog:
 
     def __init__(self, engine, interval_s: float = INTERVAL_S, clock=time.monotonic):
         self.engine, self.interval_s, self.clock = engine, interval_s, clock
-        self.last_t, self.last = clock(), (0, 0, 0, 0)  # (prompt, generated, draft, accepted) tokens at the last line
+        # (prompt, generated, draft, accepted, bypassed) tokens at the last line
+        self.last_t, self.last = clock(), (0, 0, 0, 0, 0)
 
-    def step(self, prompt: int, generated: int, drafted: int, accepted: int) -> str | None:
-        """The line written, if one was due."""
+    def step(self, prompt: int, generated: int, drafted: int, accepted: int, bypassed: int = 0) -> str | None:
+        """The line written, if one was due. bypassed: tokens decoded plainly while the bypass (spec/bypass.py) held
+        their request's speculation back."""
         now = self.clock()
         if now - self.last_t < self.interval_s:
             return None
-        d = [a - b for a, b in zip((prompt, generated, drafted, accepted), self.last)]
-        span, self.last_t, self.last = max(now - self.last_t, 1e-9), now, (prompt, generated, drafted, accepted)
+        totals = (prompt, generated, drafted, accepted, bypassed)
+        d = [a - b for a, b in zip(totals, self.last)]
+        span, self.last_t, self.last = max(now - self.last_t, 1e-9), now, totals
         if d[1] <= 0:
             return None
         blocks, sched = self.engine.blocks, self.engine.scheduler
@@ -32,5 +35,7 @@ class StatsLog:
                 f"{(blocks.num_pages - blocks.num_free) / max(blocks.num_pages, 1):.1%}")
         if d[2]:
             line += f", draft acceptance {d[3] / d[2]:.1%}"
+        if d[4]:
+            line += f", {d[4] / d[1]:.1%} of tokens plain (speculation set aside)"
         log.info(line)
         return line
