@@ -139,6 +139,8 @@ class Engine:
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         bypass = cfg.spec_bypass if cfg.spec_bypass is not None else BYPASS_DEFAULT
         self.bypass = Bypass(MeasuredCosts(self.runner)) if bypass and self.drafter is not None else None
+        if self.bypass is not None and self.device.type == "cuda":  # (timed now, not between a server's steps; a CPU
+            self.bypass.costs.measure(self.max_verify_rows(), cfg.max_num_seqs)  # engine times what it needs, later)
         self._bypass_needs = (1, 1)  # (forward tokens, proposed sequences) the bypass's next choice needs timed
         self._ids = itertools.count()
 
