@@ -43,8 +43,7 @@ def main(out_path: str, device: str = "cpu") -> None:
         llms = {name: LLM(device=device, max_num_seqs=concurrency, threads=threads, **kw) for name, kw in ENGINES.items()}
         for llm in llms.values():
             llm.generate(CODE[:1], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
-            if llm.engine.bypass is not None:  # (its costs timed before the clock starts)
-                llm.engine.bypass.costs.measure(concurrency * (llm.engine.block_size + 1), concurrency)
+            llm.engine.time_bypass_costs(concurrency)  # (before the clock starts)
         for case, (prompts, kw) in CASES.items():
             params = [SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, seed=11 + i, **kw) for i in range(len(prompts))]
             row, tokens = {name: {"tokens_per_s_passes": []} for name in llms}, {}

@@ -54,8 +54,8 @@ def run_leg(engine_kwargs: dict, prompts: list[dict], params: SamplingParams, co
     # (no prefix cache: every leg computes its prompts, as the earlier results did)
     llm = LLM(**{**engine_kwargs, "max_num_seqs": concurrency, "speculative": spec, "prefix_caching": False})
     llm.generate([prompts[0]["prompt"]], SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
-    if llm.engine.bypass is not None and spec:  # its costs timed before the clock starts, as a server's first requests do
-        llm.engine.bypass.costs.measure(concurrency * (llm.engine.block_size + 1), concurrency)
+    if spec:
+        llm.engine.time_bypass_costs(concurrency)  # (before the clock starts)
     t = time.perf_counter()
     outs = llm.generate([p["prompt"] for p in prompts], params)
     seconds = time.perf_counter() - t

@@ -139,14 +139,19 @@ class Engine:
         self.lookahead = Lookahead(self.runner, decode) if cfg.lookahead else None
         bypass = cfg.spec_bypass if cfg.spec_bypass is not None else BYPASS_DEFAULT
         self.bypass = Bypass(MeasuredCosts(self.runner)) if bypass and self.drafter is not None else None
-        if self.bypass is not None and self.device.type == "cuda":  # (timed now, not between a server's steps; a CPU
-            self.bypass.costs.measure(self.max_verify_rows(), cfg.max_num_seqs)  # engine times what it needs, later)
+        if self.device.type == "cuda":  # (timed now, not between a server's steps; a CPU engine times what it needs)
+            self.time_bypass_costs(cfg.max_num_seqs)
         self._bypass_needs = (1, 1)  # (forward tokens, proposed sequences) the bypass's next choice needs timed
         self._ids = itertools.count()
 
-    def max_verify_rows(self) -> int:
-        """The most rows a round verifies: every sequence with its anchor and all γ drafts."""
-        return self.config.max_num_seqs * (self.block_size + 1)
+    def max_verify_rows(self, seqs: int | None = None) -> int:
+        """The most rows a round of seqs sequences (None: max_num_seqs) verifies: each with its anchor and γ drafts."""
+        return (self.config.max_num_seqs if seqs is None else seqs) * (self.block_size + 1)
+
+    def time_bypass_costs(self, seqs: int) -> None:
+        """Time the bypass's costs for rounds of up to seqs sequences now (spec/bypass.py; else where first needed)."""
+        if self.bypass is not None:
+            self.bypass.costs.measure(self.max_verify_rows(seqs), seqs)
 
     def _num_pages(self, cfg: EngineConfig) -> int:
         tokens = cfg.kv_cache_tokens
