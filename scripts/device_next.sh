@@ -342,6 +342,18 @@ elif [ "$1" = 59 ]; then  # (sessions 40-41) the serving features' GPU tests wit
   timeout 150 python scripts/ab_prefix_cache.py $OUT/prefix_cache_ab_h200_tiny.json cuda 2>&1 | tail -3
   timeout 120 python scripts/ab_guided_drafts.py $OUT/guided_drafts_ab_h200_tiny.json cuda 2>&1 | tail -4
   timeout 120 python scripts/ab_guided_drafts.py $OUT/processed_drafts_ab_h200_tiny.json cuda processed 2>&1 | tail -5
+elif [ "$1" = 64 ]; then  # (session 45) sessions 43-44's GPU tests in one call, then the 4B bench at 1k
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
+  timeout 280 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --durations=8 \
+    -k "logit_processing or guided_decoding or lookahead or sampled or bypass" > $OUT/gpu_tests_64.txt 2>&1
+  grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_64.txt | head -12
+  timeout 220 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \
+    --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
+elif [ "$1" = 65 ]; then  # (session 45) the bypass's and the one-read guided path's A/Bs on the tiny pair
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
+  timeout 330 python scripts/ab_bypass.py $OUT/bypass_ab_h200_tiny.json cuda 2>&1 | tail -6
+  timeout 150 python scripts/ab_guided_drafts.py $OUT/guided_on_device_ab_h200_tiny.json cuda ondevice 2>&1 | tail -4
+  timeout 100 python scripts/grammar_walk_cost.py $OUT/grammar_walk_cost_h200host.json 151936 2>&1 | tail -3
 elif [ "$1" = 61 ]; then  # (staged in session 43) processed rows on the device: tests, then the 4B A/B
   python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
