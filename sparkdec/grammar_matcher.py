@@ -47,6 +47,8 @@ class Matcher:
             return xgr.GrammarMatcher(g, override_stop_tokens=list(stop_ids) or None)
 
         self.vocab_size, self.encode = vocab_size, encode
+        info = compiled.tokenizer_info  # special tokens no grammar emits (allows() refuses them without xgrammar's warning)
+        self.refused = frozenset(info.special_token_ids) - set(stop_ids or info.stop_token_ids)
         self.fault: str | None = None  # an xgrammar failure (_guarded): the request ends at its next token
         self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]
         self._first = matcher(compiled)  # the grammar from the first token
@@ -106,6 +108,22 @@ class Matcher:
                 walk.step(drafts[k])
         walk.undo()
         return self.unpack(bits, device)
+
+    @_guarded(False)
+    def allows(self, drafts: list[int], tokens: list[int]) -> bool:
+        """Does the grammar allow each of a round's tokens (row k's: after the committed tokens and drafts[:k]) along
+        the drafts they accept (rows up to the first token that is not its draft), as allowed()'s masks would?
+        A token at a time (accepted on trial, rolled back): no mask is filled."""
+        walk, ok = _Walk(self), True
+        for k, token in enumerate(tokens):
+            if not walk.allows(token):
+                ok = False
+                break
+            if k == len(tokens) - 1 or k >= len(drafts) or token != drafts[k]:
+                break
+            walk.step(token)
+        walk.undo()
+        return ok
 
     def unmasked(self, drafts: list[int], n: int) -> bool:
         """Are all n rows after these drafts free (inside a thinking block that none of them closes)?"""
@@ -249,6 +267,15 @@ class _Walk:
             return False
         self.m.fill_next_token_bitmask(bits, row)
         self.open_bit(bits, row)
+        return True
+
+    def allows(self, token: int) -> bool:
+        """Would the walk's next row's mask allow this token (mask_into's, without filling it)?"""
+        if not self.masks() or (self.phase == START and token == self.o.open_id):
+            return True
+        if not 0 <= token < self.o.vocab_size or token in self.o.refused or not self.m.accept_token(token):
+            return False
+        self.m.rollback(1)
         return True
 
     def open_bit(self, bits: torch.Tensor, row: int) -> None:

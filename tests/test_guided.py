@@ -94,6 +94,70 @@ def test_matcher_rows_after_drafts_equal_rows_after_commits(engines):
     assert not rows[0][list(tok.special_ids())].any()  # special tokens never appear inside the output
 
 
+def test_a_rounds_tokens_checked_as_its_masks_would_allow_them(engines):
+    """Matcher.allows(drafts, tokens): true exactly when every token along the drafts it accepts is one allowed()'s
+    row allows (random tokens, grammar-following drafts, special and out-of-vocabulary ids), the state unchanged."""
+    eng = engines["plain"].engine
+    tok = eng.tokenizer
+    matcher = eng.guides.matcher(Guided(json=SCHEMA), tok.eos_token_ids)
+    matcher.accept(tok.encode("{")[0])
+    drafts = tok.encode('"name": "ab", "line')
+    rows = matcher.allowed(drafts, len(drafts) + 1, "cpu")
+    before = matcher.allowed([], 1, "cpu")
+    gen = torch.Generator().manual_seed(0)
+    vocab = rows.shape[1]
+    seen = set()
+    for trial in range(300):
+        tokens = list(drafts) + [0]
+        cut = int(torch.randint(0, len(tokens), (1,), generator=gen))
+        pick = int(torch.randint(0, 4, (1,), generator=gen))
+        if pick == 0:  # any id
+            tokens[cut] = int(torch.randint(0, vocab, (1,), generator=gen))
+        elif pick == 1:  # one the row allows
+            ok = rows[cut].nonzero().flatten()
+            tokens[cut] = int(ok[torch.randint(0, ok.numel(), (1,), generator=gen)])
+        elif pick == 2:
+            tokens[cut] = sorted(tok.special_ids())[trial % len(tok.special_ids())]
+        else:
+            tokens[cut] = vocab + trial  # (past the vocabulary)
+        path = next((k for k in range(len(tokens)) if k == len(drafts) or tokens[k] != drafts[k]), len(drafts))
+        want = all(0 <= tokens[k] < vocab and bool(rows[k][tokens[k]]) for k in range(path + 1))
+        assert matcher.allows(drafts, tokens) == want, (cut, tokens[cut])
+        seen.add(want)
+    assert seen == {True, False}
+    assert matcher.fault is None and torch.equal(matcher.allowed([], 1, "cpu"), before)
+
+
+def test_greedy_guided_tokens_are_checked_not_masked(engines, monkeypatch):
+    """processed.GUIDED_CHECKED: greedy guided rows go unmasked and their tokens are checked against the grammar after
+    the read; a round the grammar refuses a token of is masked after it. The same tokens as masking every row, with
+    speculation and without, beside a penalized request; a mask is filled only where a check failed."""
+    from sparkdec import grammar_matcher
+    from sparkdec.spec import processed
+
+    fills, checks = [], []
+    allowed, failed_checks = grammar_matcher.Matcher.allowed, processed.failed_checks
+    monkeypatch.setattr(grammar_matcher.Matcher, "allowed", lambda self, *a: fills.append(1) or allowed(self, *a))
+    monkeypatch.setattr(processed, "failed_checks", lambda *a: checks.append(failed_checks(*a)) or checks[-1])
+    prompts = PROMPTS + ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n']
+    params = [SamplingParams(max_tokens=100, guided=g) for g in GUIDES] + [
+        SamplingParams(max_tokens=100, repetition_penalty=1.2, guided=GUIDES[0])]
+    prompts = prompts + prompts[:1]
+    got = {name: [o.token_ids for o in engines[name].generate(prompts, params)] for name in ("spec", "plain")}
+    # a mask for each request's first token (processed.first_token), then only for each round a check failed
+    assert len(fills) == 2 * len(prompts) + sum(len(c) for c in checks)
+    assert any(checks) and not all(checks)  # (both ways: the grammar refused some rounds' tokens, not all)
+    checked_fills = len(fills)
+    assert got["spec"] == got["plain"]
+    for guided, tokens in zip(params, got["spec"]):
+        assert _follows(guided.guided, engines["spec"].engine.tokenizer.decode(tokens))
+    fills.clear()
+    monkeypatch.setattr(processed, "GUIDED_CHECKED", False)  # the reference: every row masked
+    for name in ("spec", "plain"):
+        assert [o.token_ids for o in engines[name].generate(prompts, params)] == got[name]
+    assert checked_fills < len(fills)
+
+
 def test_bad_guides_are_refused(engines):
     llm = engines["plain"]
     for guided, match in [(Guided(regex="(ab"), "the guided regex does not compile: .*parenthesis"),
@@ -438,6 +502,7 @@ def test_guided_rows_are_masked_before_the_rounds_one_read(engines, guided_draft
     from sparkdec.spec import round as spec_round
 
     monkeypatch.setattr(spec_round, "GUIDED_DRAFTS", guided_drafts)
+    monkeypatch.setattr(processed, "GUIDED_CHECKED", False)  # (greedy rows masked too, not checked after the read)
     after, chained = [], []
     spans_after = processed.process_spans
     monkeypatch.setattr(processed, "process_spans", lambda spans, *a: after.extend(

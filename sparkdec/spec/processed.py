@@ -26,15 +26,26 @@ THINKING_UNMASKED = True
 # the verify, its masks applied with the other processing; its tokens come back in the one read and its rounds chain
 # the next propose (where the drafter's own guided drafts are off). False: masked after that read, tokens in a second.
 GUIDED_ON_DEVICE = True
+# True: a greedy guided request's rows are not masked at all: the round's tokens (the rows' own argmax) are checked
+# against the grammar after the one read, along the drafts they accept (a token at a time: no mask is filled), and only
+# a round where one of them breaks the grammar is masked and drawn again after that read (a second read). The masked
+# argmax is the unmasked one wherever the grammar allows that (masking only lowers other logits), so the tokens are
+# the same; a grammar's masks, filled over the whole vocabulary for every verify row, are the host cost of guided
+# rounds at a Qwen3-sized vocabulary (grammar_walk_cost_*). Sampled rows are masked (a filter's or a draw's numbers
+# move with the mask). False: masked like the others (GUIDED_ON_DEVICE).
+GUIDED_CHECKED = True
 
 
-def process_spans(spans, logits, drafts: list[list[int]]) -> dict[int, torch.Tensor]:
+def process_spans(spans, logits, drafts: list[list[int]], failed: set[int] = frozenset()) -> dict[int, torch.Tensor]:
     """spans: (seq, first logit row, rows, speculating index or None) -> id(seq) -> its rows processed [n, V], for
-    the sequences that process their logits."""
-    picked = [(seq, n, drafts[i][:n - 1] if i is not None else []) for seq, r0, n, i in spans if processes_now(seq)]
+    the sequences that process their logits, and those whose checked tokens failed (failed_checks: masked now)."""
+    def picks(seq) -> bool:
+        return processes_now(seq) or id(seq) in failed
+
+    picked = [(seq, n, drafts[i][:n - 1] if i is not None else []) for seq, r0, n, i in spans if picks(seq)]
     if not picked:
         return {}
-    pieces = [rows_tensor(logits[r0:r0 + n]) for seq, r0, n, i in spans if processes_now(seq)]
+    pieces = [rows_tensor(logits[r0:r0 + n]) for seq, r0, n, i in spans if picks(seq)]
     walked = grammar_masks([(seq, ver, n) for seq, n, ver in picked], pieces[0].device)
     each = [row_span(rows.shape, seq.params, seq.prompt_ids, seq.output_ids, ver, walked.get(id(seq)), held_back(seq),
                      seq.bad_words, history(seq), 0, rows.device) for (seq, n, ver), rows in zip(picked, pieces)]
@@ -100,6 +111,19 @@ def thinking(seq) -> bool:
     return THINKING_UNMASKED and seq.guide is not None and seq.guide.free()
 
 
+def checked(seq) -> bool:
+    """Are a guided sequence's rows left unmasked, their greedy tokens checked against its grammar after the round's
+    read (GUIDED_CHECKED)?"""
+    return GUIDED_CHECKED and under_grammar(seq) and seq.params.greedy and getattr(seq.guide, "fault", None) is None
+
+
+def failed_checks(spans, tokens: list[int], drafts: list[list[int]]) -> set[int]:
+    """id(seq) of the checked sequences (spans: seq, first row, rows, speculating index or None) a token of whose
+    round the grammar refuses, along the drafts the round accepts (tokens: every row's token, read back)."""
+    return {id(seq) for seq, r0, n, i in spans if checked(seq)
+            and not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + n])}
+
+
 def processes_now(seq) -> bool:
     """Are the sequence's next rows processed: it rewrites its logits, or its grammar masks them (not thinking)?"""
     return rewrites(seq.params) or masks(seq)
@@ -112,7 +136,12 @@ def on_device(seq) -> bool:
 
 
 def masks(seq) -> bool:
-    """Does a grammar mask this sequence's next rows (guided, not inside an unmasked thinking block)?"""
+    """Does a grammar mask this sequence's next rows (under its grammar, not checked after the read instead)?"""
+    return under_grammar(seq) and not checked(seq)
+
+
+def under_grammar(seq) -> bool:
+    """Is a guided sequence's next row under its grammar (not inside an unmasked thinking block)?"""
     return seq.guide is not None and not thinking(seq)
 
 

@@ -280,10 +280,13 @@ class RoundRunner:
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
         touched, scores = [], logprobs.RoundScores()
-        after = [span for span, on in zip(spans, on_device) if not on]  # processed after the read, if at all
-        rows = processed.process_spans(after, logits, drafts) if self.simulate is None else {}
+        # greedy guided rows went unmasked: where the grammar refuses one of their tokens, masked now (a second read)
+        failed = processed.failed_checks(spans, argmax, drafts) if self.simulate is None else set()
+        after = [span for span, on in zip(spans, on_device) if not on or id(span[0]) in failed]  # processed now, if at all
+        rows = processed.process_spans(after, logits, drafts, failed) if self.simulate is None else {}
         picks, dead = processed.read_rows(after, rows, self._drawn_after)
-        dead.update(processed.dead_of(dev_spans, host[-1]) if dev_spans else {})
+        on_dead = processed.dead_of(dev_spans, host[-1]) if dev_spans else {}
+        dead.update({key: bad for key, bad in on_dead.items() if key not in failed})
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
@@ -292,8 +295,8 @@ class RoundRunner:
             accepted = len(tokens) - 1
             tokens, stuck = processed.settle(seq, tokens, dead, id(seq) in thinking)
             committed = commit_tokens(seq, tokens, self.decode)
-            if len(tokens) <= accepted and seq.finish_reason is None and self.pending is not None:
-                self.pending.drop(seq)  # (the propose chained from all its accepted tokens is not its next)
+            if (len(tokens) <= accepted or id(seq) in failed) and seq.finish_reason is None and self.pending is not None:
+                self.pending.drop(seq)  # (the propose chained from the device's tokens is not its next)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
             seq.num_computed = s + len(tokens)
@@ -346,7 +349,7 @@ class RoundRunner:
         length waits for the confidences. A sequence a grammar masks chains only where its drafts are the drafter's
         own (the chained propose walks no grammar: _guided_drafts_on)."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
-                and not (self._guided_drafts_on() and any(processed.masks(s) for s in spec))
+                and not (self._guided_drafts_on() and any(processed.under_grammar(s) for s in spec))
                 and all((s.params.greedy and (not processed.processes_now(s) or self._processed_on_device(s)))
                         or (self._device_draws(s) and not self._coupled(s))
                         for s in spec)
