@@ -1,10 +1,12 @@
 """A/B of drafts that follow their request's rules, on the shipped pair: suite "guided" (spec/round.py GUIDED_DRAFTS:
 JSON-schema, tool-call, regex and choice requests), "forced" (FORCED_DRAFTS, the text the grammar forces drafted, on
 the same requests with GUIDED_DRAFTS off, as on CUDA), "ondevice" (spec/processed.py GUIDED_ON_DEVICE: the grammar's
-masks applied before the round's one read, rounds chained; the same requests, GUIDED_DRAFTS off) or "processed"
+masks applied before the round's one read, rounds chained; the same requests, GUIDED_DRAFTS and GUIDED_CHECKED off),
+"checked" (GUIDED_CHECKED: greedy rows unmasked, their tokens checked after the read; the same requests, GUIDED_DRAFTS
+off; the share of checks the grammar refused, each then masked after the read, counted) or "processed"
 (PROCESSED_DRAFTS: penalties, logit_bias, min_p, min_tokens). Tokens per round and tokens/s with the switch off and
 on, the tokens checked equal both ways.
-Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|ondevice|processed]"""
+Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|ondevice|checked|processed]"""
 from __future__ import annotations
 
 import json
@@ -49,31 +51,40 @@ def run(llm, prompts, params) -> tuple[list, float]:
 def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
     llm = LLM(device=device, spec_bypass=False)  # (every round speculates: tokens per round)
     tok = llm.engine.tokenizer
-    if suite in ("forced", "ondevice"):
+    if suite in ("forced", "ondevice", "checked"):
         spec_round.GUIDED_DRAFTS = False
-    if suite in ("guided", "forced", "ondevice"):
+    if suite == "ondevice":
+        processed.GUIDED_CHECKED = False
+    checks = []  # each round's failed checks, and how many sequences it checked
+    failed_checks = processed.failed_checks
+    processed.failed_checks = lambda spans, *a: checks.append(  # noqa: E731
+        (len(failed_checks(spans, *a)), sum(processed.checked(s) for s, *_ in spans))) or failed_checks(spans, *a)
+    if suite in ("guided", "forced", "ondevice", "checked"):
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
         cases = {name: SamplingParams(max_tokens=200, guided=g) for name, g in GUIDES.items()}
     else:
         prompts = CODE
         cases = {name: SamplingParams(max_tokens=200, ignore_eos=True, **kw) for name, kw in PROCESSED.items()}
-    switch = {"guided": "GUIDED_DRAFTS", "forced": "FORCED_DRAFTS", "ondevice": "GUIDED_ON_DEVICE"}.get(
-        suite, "PROCESSED_DRAFTS")
-    module = processed if suite == "ondevice" else spec_round
+    switch = {"guided": "GUIDED_DRAFTS", "forced": "FORCED_DRAFTS", "ondevice": "GUIDED_ON_DEVICE",
+              "checked": "GUIDED_CHECKED"}.get(suite, "PROCESSED_DRAFTS")
+    module = processed if suite in ("ondevice", "checked") else spec_round
     results = {}
     for name, params in cases.items():
         row = {}
         for on in (False, True, False, True):  # interleaved, the second pair kept (the first warms up)
             setattr(module, switch, on)
+            checks.clear()
             outs, secs = run(llm, prompts, params)
             rounds = sum(o.stats["rounds"] for o in outs)
             tokens = sum(len(o.token_ids) for o in outs)
             row["on" if on else "off"] = {"tokens": tokens, "rounds": rounds, "tokens_per_round": tokens / rounds,
-                                          "tokens_per_s": tokens / secs, "token_ids": [o.token_ids for o in outs]}
+                                          "tokens_per_s": tokens / secs, "token_ids": [o.token_ids for o in outs],
+                                          "checks": sum(n for _, n in checks), "failed_checks": sum(f for f, _ in checks)}
         same = row["on"].pop("token_ids") == row["off"].pop("token_ids")
         results[name] = {**row, "same_tokens": same}
         print(f"{name}: tokens/round {row['off']['tokens_per_round']:.2f} -> {row['on']['tokens_per_round']:.2f}, "
-              f"tokens/s {row['off']['tokens_per_s']:.0f} -> {row['on']['tokens_per_s']:.0f}, same tokens {same}")
+              f"tokens/s {row['off']['tokens_per_s']:.0f} -> {row['on']['tokens_per_s']:.0f}, same tokens {same}; checks "
+              f"failed {row['on']['failed_checks']}/{row['on']['checks']}")
     record = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'x86_64'})",
               "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(), "command": " ".join(["python"] + sys.argv),
               "config": {"pair": "shipped tiny", "max_tokens": 200, "suite": suite, "switch": f"{module.__name__} {switch}",

@@ -158,6 +158,35 @@ def test_greedy_guided_tokens_are_checked_not_masked(engines, monkeypatch):
     assert checked_fills < len(fills)
 
 
+def test_checked_rounds_that_chain_keep_the_drafters_context(engines, monkeypatch):
+    """A checked round that chained its next propose (from the device's unmasked tokens) and then failed its check
+    commits no further than those tokens went: the chained propose's block K/V overwrote the drafter's context from
+    there on. Every round's drafts then equal, at each anchor both runs reach, those of rounds that never chain."""
+    from sparkdec.spec import processed
+    from sparkdec.spec import round as spec_round
+
+    monkeypatch.setattr(spec_round, "GUIDED_DRAFTS", False)  # (the drafter's own drafts, as on CUDA: rounds chain)
+    monkeypatch.setattr(processed, "CHAIN_BELOW", 2.0)  # (every checked round chains, failing or not)
+    llm, checks = engines["spec"], []
+    failed_checks = processed.failed_checks
+    monkeypatch.setattr(processed, "failed_checks", lambda *a: checks.append(failed_checks(*a)) or checks[-1])
+    params = [SamplingParams(max_tokens=100, guided=g) for g in GUIDES]
+    runs = []
+    for ahead in (True, False):
+        monkeypatch.setattr(llm.engine.rounds, "ahead", ahead)
+        runs.append(llm.generate(PROMPTS[:1] * len(params), params, trace=True))
+    assert any(checks)
+    compared = 0
+    for chained, alone in zip(*runs):
+        assert chained.token_ids == alone.token_ids
+        drafts = {r["anchor_position"]: r["draft_token_ids"] for r in alone.rounds}
+        for r in chained.rounds:
+            if r["anchor_position"] in drafts:
+                assert r["draft_token_ids"] == drafts[r["anchor_position"]], r["anchor_position"]
+                compared += 1
+    assert compared > len(params)
+
+
 def test_bad_guides_are_refused(engines):
     llm = engines["plain"]
     for guided, match in [(Guided(regex="(ab"), "the guided regex does not compile: .*parenthesis"),

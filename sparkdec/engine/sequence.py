@@ -104,6 +104,9 @@ class Sequence:
     registered_pages: int = 0  # its table's first pages registered in the prefix cache
     bad_words: tuple[tuple[int, ...], ...] = ()  # params.bad_words as token sequences (Engine.add_request)
     guide: object | None = None  # guided decoding's matcher (grammar_matcher.Matcher), advanced by each committed token
+    # greedy guided rounds: a running share of those whose tokens the grammar refused (spec/processed.failed_checks),
+    # from 1; its rounds chain their next propose only while it is low (a chained round that fails commits less)
+    check_failures: float = 1.0
     history: object | None = None  # penalties.History: its prompt and output counted on the device, for penalties
     bypass: object | None = None  # spec/bypass.BypassState: whether speculation pays for it, made on first use
     error: str | None = None  # why the request ended with finish_reason "error" (see fail)

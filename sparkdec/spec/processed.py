@@ -119,9 +119,28 @@ def checked(seq) -> bool:
 
 def failed_checks(spans, tokens: list[int], drafts: list[list[int]]) -> set[int]:
     """id(seq) of the checked sequences (spans: seq, first row, rows, speculating index or None) a token of whose
-    round the grammar refuses, along the drafts the round accepts (tokens: every row's token, read back)."""
+    round the grammar refuses, along the drafts the round accepts (tokens: every row's token, read back). Such a
+    round commits its masked tokens no further than its unmasked ones went (the row after those is its last): a
+    propose chained from the device's tokens wrote its block's draft K/V from there on, over the context rows a
+    longer commit would leave its next propose to attend to (spec/chain.py)."""
     return {id(seq) for seq, r0, n, i in spans if checked(seq)
             and not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + n])}
+
+
+# a checked sequence's rounds chain their next propose while the running share of its checked rounds its grammar
+# refused (Sequence.check_failures, from 1, each round weighing FAILURE_WEIGHT) is below CHAIN_BELOW: three passing
+# rounds from the start, two after a failure
+FAILURE_WEIGHT, CHAIN_BELOW = 0.5, 0.2
+
+
+def failure_share(share: float, failed: bool) -> float:
+    """Sequence.check_failures after one more checked round."""
+    return (1 - FAILURE_WEIGHT) * share + FAILURE_WEIGHT * failed
+
+
+def chains_checked(seq) -> bool:
+    """May a checked sequence's round chain its next propose (its grammar seldom refuses its tokens)?"""
+    return seq.check_failures < CHAIN_BELOW
 
 
 def processes_now(seq) -> bool:

@@ -291,6 +291,10 @@ class RoundRunner:
             ver = drafts[i][:n - 1] if i is not None else []
             tokens = self.accept(seq, logits[r0:r0 + n], argmax[r0:r0 + n], ver, z, i, rows.get(id(seq)),
                                  picks.get(id(seq)))
+            if id(seq) in failed and ahead is not None:  # no further than the device's tokens went: failed_checks
+                tokens = tokens[:len(accept_greedy(argmax[r0:r0 + n], ver))]
+            if processed.checked(seq):
+                seq.check_failures = processed.failure_share(seq.check_failures, id(seq) in failed)
             s = seq.anchor_position
             accepted = len(tokens) - 1
             tokens, stuck = processed.settle(seq, tokens, dead, id(seq) in thinking)
@@ -347,9 +351,11 @@ class RoundRunner:
         """Can the next round's propose be queued before this round is read back? Every decode sequence speculates
         greedily or with device-drawn rows (acceptance the device can reproduce: spec/chain.py) and no verify
         length waits for the confidences. A sequence a grammar masks chains only where its drafts are the drafter's
-        own (the chained propose walks no grammar: _guided_drafts_on)."""
+        own (the chained propose walks no grammar: _guided_drafts_on), and one whose tokens are checked only while its
+        grammar seldom refuses them (processed.chains_checked)."""
         return (self.ahead and bool(spec) and len(spec) == len(dec)
                 and not (self._guided_drafts_on() and any(processed.under_grammar(s) for s in spec))
+                and not any(processed.checked(s) and not processed.chains_checked(s) for s in spec)
                 and all((s.params.greedy and (not processed.processes_now(s) or self._processed_on_device(s)))
                         or (self._device_draws(s) and not self._coupled(s))
                         for s in spec)
