@@ -717,8 +717,9 @@ def test_bf16_logit_processing_equal_with_speculation_on_and_off():
 def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
     """Guided decoding (sparkdec/guided.py: JSON schema, regex, choice, a regex after a thinking block the prompt
     opened) masks graphed bf16 verify rows after the drafts before them, on the device before the round's one read
-    (processed.GUIDED_ON_DEVICE): plain decoding's tokens and those masked after the read, greedy and sampled, and
-    the outputs follow their guides."""
+    (processed.GUIDED_ON_DEVICE), or checks greedy rows' tokens after it (GUIDED_CHECKED): plain decoding's tokens
+    and those of every row masked, before the read or after it, greedy and sampled, and the outputs follow their
+    guides."""
     pytest.importorskip("xgrammar")
     from sparkdec.guided import Guided
 
@@ -736,12 +737,15 @@ def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
     assert re.fullmatch(r"\n*" + r" [0-9]{1,4}", runs[0][3].text.partition(" =")[2]), runs[0][3].text
     from sparkdec.spec import processed
 
-    processed.GUIDED_ON_DEVICE = False  # the reference: masked after the round's read (its masks made the same way)
-    try:
-        after = LLM(device="cuda", dtype="bfloat16").generate(prompts, params)
-    finally:
-        processed.GUIDED_ON_DEVICE = True
-    assert [o.token_ids for o in after] == [o.token_ids for o in runs[0]]
+    # the references: greedy rows masked too (not checked after the read: processed.GUIDED_CHECKED), before the read
+    # and after it (its masks made the same way)
+    for on_device in (True, False):
+        processed.GUIDED_ON_DEVICE, processed.GUIDED_CHECKED = on_device, False
+        try:
+            masked = LLM(device="cuda", dtype="bfloat16").generate(prompts, params)
+        finally:
+            processed.GUIDED_ON_DEVICE, processed.GUIDED_CHECKED = True, True
+        assert [o.token_ids for o in masked] == [o.token_ids for o in runs[0]]
 
 
 def test_prefix_cache_gives_the_cold_cache_tokens_with_graphs():
