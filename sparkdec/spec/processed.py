@@ -32,7 +32,8 @@ GUIDED_ON_DEVICE = True
 # argmax is the unmasked one wherever the grammar allows that (masking only lowers other logits), so the tokens are
 # the same; a grammar's masks, filled over the whole vocabulary for every verify row, are the host cost of guided
 # rounds at a Qwen3-sized vocabulary (grammar_walk_cost_*). Sampled rows are masked (a filter's or a draw's numbers
-# move with the mask). False: masked like the others (GUIDED_ON_DEVICE).
+# move with the mask). Like an unguided greedy row, a checked row is not scanned for NaN or +inf (a masked one is, and
+# fails its request; a NaN row's argmax is no token, which fails the check). False: masked like the others.
 GUIDED_CHECKED = True
 
 
@@ -123,8 +124,8 @@ def failed_checks(spans, tokens: list[int], drafts: list[list[int]]) -> set[int]
     round commits its masked tokens no further than its unmasked ones went (the row after those is its last): a
     propose chained from the device's tokens wrote its block's draft K/V from there on, over the context rows a
     longer commit would leave its next propose to attend to (spec/chain.py)."""
-    return {id(seq) for seq, r0, n, i in spans if checked(seq)
-            and not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + n])}
+    return {id(seq) for seq, r0, n, i in spans if checked(seq)  # (only the tokens it may still emit: room)
+            and not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + min(n, seq.room())])}
 
 
 # a checked sequence's rounds chain their next propose while the running share of its checked rounds its grammar

@@ -293,7 +293,7 @@ class RoundRunner:
                                  picks.get(id(seq)))
             if id(seq) in failed and ahead is not None:  # no further than the device's tokens went: failed_checks
                 tokens = tokens[:len(accept_greedy(argmax[r0:r0 + n], ver))]
-            if processed.checked(seq):
+            if processed.checked(seq) and self.simulate is None:
                 seq.check_failures = processed.failure_share(seq.check_failures, id(seq) in failed)
             s = seq.anchor_position
             accepted = len(tokens) - 1
