@@ -128,34 +128,47 @@ def test_a_rounds_tokens_checked_as_its_masks_would_allow_them(engines):
     assert matcher.fault is None and torch.equal(matcher.allowed([], 1, "cpu"), before)
 
 
-def test_greedy_guided_tokens_are_checked_not_masked(engines, monkeypatch):
-    """processed.GUIDED_CHECKED: greedy guided rows go unmasked and their tokens are checked against the grammar after
-    the read; a round the grammar refuses a token of is masked after it. The same tokens as masking every row, with
-    speculation and without, beside a penalized request; a mask is filled only where a check failed."""
+def test_guided_tokens_are_checked_not_masked(engines, monkeypatch):
+    """processed.GUIDED_CHECKED: greedy guided rows, and sampled ones drawn with no filter, go unmasked and their
+    tokens are checked against the grammar after the read; a round the grammar refuses a token of is masked after it.
+    The same tokens as masking every row, with speculation and without, beside a penalized request; a checked
+    request's grammar fills a mask only where a check failed, a top-p request's every round."""
     from sparkdec import grammar_matcher
     from sparkdec.spec import processed
 
-    fills, checks = [], []
+    fills, failed = [], []  # the matchers that filled masks; those whose check failed, a round at a time
     allowed, failed_checks = grammar_matcher.Matcher.allowed, processed.failed_checks
-    monkeypatch.setattr(grammar_matcher.Matcher, "allowed", lambda self, *a: fills.append(1) or allowed(self, *a))
-    monkeypatch.setattr(processed, "failed_checks", lambda *a: checks.append(failed_checks(*a)) or checks[-1])
+    monkeypatch.setattr(grammar_matcher.Matcher, "allowed", lambda self, *a: fills.append(self) or allowed(self, *a))
+
+    def checks(spans, *a):
+        out = failed_checks(spans, *a)
+        failed.extend(seq.guide for seq, *_ in spans if id(seq) in out)
+        return out
+
+    monkeypatch.setattr(processed, "failed_checks", checks)
     prompts = PROMPTS + ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n']
     params = [SamplingParams(max_tokens=100, guided=g) for g in GUIDES] + [
-        SamplingParams(max_tokens=100, repetition_penalty=1.2, guided=GUIDES[0])]
-    prompts = prompts + prompts[:1]
-    got = {name: [o.token_ids for o in engines[name].generate(prompts, params)] for name in ("spec", "plain")}
-    # a mask for each request's first token (processed.first_token), then only for each round a check failed
-    assert len(fills) == 2 * len(prompts) + sum(len(c) for c in checks)
-    assert any(checks) and not all(checks)  # (both ways: the grammar refused some rounds' tokens, not all)
-    checked_fills = len(fills)
+        SamplingParams(max_tokens=100, repetition_penalty=1.2, guided=GUIDES[0]),
+        SamplingParams(max_tokens=100, temperature=0.9, seed=3, guided=GUIDES[1]),
+        SamplingParams(max_tokens=100, temperature=0.9, seed=4, top_p=0.9, guided=GUIDES[0])]
+    prompts = prompts + prompts[:3]
+    got = {}
+    for name in ("spec", "plain"):
+        fills.clear(), failed.clear()
+        got[name] = [o.token_ids for o in engines[name].generate(prompts, params)]
+        matchers = list(dict.fromkeys(fills))  # (each request's, in the order of first fills: the first tokens)
+        assert len(matchers) == len(prompts)
+        filtered = [m for m in matchers if m not in failed and fills.count(m) > 1]
+        for m in matchers:  # one mask for its first token (processed.first_token), then one per failed check
+            assert fills.count(m) == 1 + failed.count(m) or m in filtered
+        assert len(filtered) == 1 and filtered[0] not in failed  # (the top-p request: masked every round)
+        assert failed and len(failed) < sum(fills.count(m) for m in matchers)
     assert got["spec"] == got["plain"]
     for guided, tokens in zip(params, got["spec"]):
         assert _follows(guided.guided, engines["spec"].engine.tokenizer.decode(tokens))
-    fills.clear()
     monkeypatch.setattr(processed, "GUIDED_CHECKED", False)  # the reference: every row masked
     for name in ("spec", "plain"):
         assert [o.token_ids for o in engines[name].generate(prompts, params)] == got[name]
-    assert checked_fills < len(fills)
 
 
 def test_checked_rounds_that_chain_keep_the_drafters_context(engines, monkeypatch):

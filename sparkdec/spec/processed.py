@@ -26,14 +26,17 @@ THINKING_UNMASKED = True
 # the verify, its masks applied with the other processing; its tokens come back in the one read and its rounds chain
 # the next propose (where the drafter's own guided drafts are off). False: masked after that read, tokens in a second.
 GUIDED_ON_DEVICE = True
-# True: a greedy guided request's rows are not masked at all: the round's tokens (the rows' own argmax) are checked
+# True: a guided request's rows are not masked at all where its tokens are the argmax or a race drawn on the device
+# with no filter (temperature alone: no top-p, top-k or min_p; RoundRunner._checks): the round's tokens are checked
 # against the grammar after the one read, along the drafts they accept (a token at a time: no mask is filled), and only
 # a round where one of them breaks the grammar is masked and drawn again after that read (a second read). The masked
-# argmax is the unmasked one wherever the grammar allows that (masking only lowers other logits), so the tokens are
-# the same; a grammar's masks, filled over the whole vocabulary for every verify row, are the host cost of guided
-# rounds at a Qwen3-sized vocabulary (grammar_walk_cost_*). Sampled rows are masked (a filter's or a draw's numbers
-# move with the mask). Like an unguided greedy row, a checked row is not scanned for NaN or +inf (a masked one is, and
-# fails its request; a NaN row's argmax is no token, which fails the check). False: masked like the others.
+# argmax, or race winner (argmax of x / T - log E_i over the kept tokens), is the unmasked one wherever the grammar
+# allows that (masking only lowers other logits), so the tokens are the same (the CPU's race divides normalised
+# probabilities, whose last bits move with the mask: a near tie there could go the other way); a grammar's masks,
+# filled over the whole vocabulary for every verify row, are the host cost of guided rounds at a Qwen3-sized
+# vocabulary (grammar_walk_cost_*). Filtered draws are masked (the kept set moves with the mask). Like an unguided
+# row, a checked row is not scanned for NaN or +inf (a masked one is, and fails its request; a NaN row's argmax is no
+# token, which fails the check). False: masked like the others.
 GUIDED_CHECKED = True
 
 
@@ -113,9 +116,16 @@ def thinking(seq) -> bool:
 
 
 def checked(seq) -> bool:
-    """Are a guided sequence's rows left unmasked, their greedy tokens checked against its grammar after the round's
-    read (GUIDED_CHECKED)?"""
-    return GUIDED_CHECKED and under_grammar(seq) and seq.params.greedy and getattr(seq.guide, "fault", None) is None
+    """Are a guided sequence's rows left unmasked this round, their tokens checked against its grammar after the
+    round's read (GUIDED_CHECKED; Sequence.grammar_checked)?"""
+    return (GUIDED_CHECKED and seq.grammar_checked and under_grammar(seq)
+            and getattr(seq.guide, "fault", None) is None)
+
+
+def unfiltered(params) -> bool:
+    """Is a sampled request's draw a race over its whole distribution (no top-p, top-k or min_p: masking a token
+    changes no other token's number in it)?"""
+    return params.top_p >= 1.0 and not params.top_k and not params.min_p
 
 
 def failed_checks(spans, tokens: list[int], drafts: list[list[int]]) -> set[int]:

@@ -120,6 +120,12 @@ class RoundRunner:
         return (DEVICE_DRAWS and not seq.params.greedy and self.accept_mode == "exact" and self.simulate is None
                 and not fused_sampler_on() and (not processed.processes_now(seq) or self._processed_on_device(seq)))
 
+    def _checks(self, seq: Sequence) -> bool:
+        """May this sequence's guided rows go unmasked, their tokens checked after the read (spec/processed.checked):
+        greedy, or exact-sampled with no filter and drawn on the device with the verify?"""
+        return seq.params.greedy or (processed.unfiltered(seq.params) and DEVICE_DRAWS and self.accept_mode == "exact"
+                                     and self.simulate is None and not fused_sampler_on())
+
     def _processed_on_device(self, seq: Sequence) -> bool:
         """Are this sequence's rows processed (penalties.py) on the device before the round's one read, their tokens
         drawn there with the others' (greedy, or exact-sampled with the ordinary sampler; spec/processed.on_device)?"""
@@ -203,6 +209,8 @@ class RoundRunner:
     def step(self, batch: Batch, speculating) -> list[Sequence]:
         t0 = time.perf_counter()
         dec = batch.decode
+        for seq in dec:
+            seq.grammar_checked = seq.guide is not None and self._checks(seq)
         spec = [s for s in dec if speculating(s)]
         thinking = {id(s) for s in dec if processed.thinking(s)}  # rows unmasked up to the block's close
         pending, self.pending = self.pending, None
