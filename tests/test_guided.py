@@ -171,6 +171,34 @@ def test_guided_tokens_are_checked_not_masked(engines, monkeypatch):
         assert [o.token_ids for o in engines[name].generate(prompts, params)] == got[name]
 
 
+def test_checked_plain_decoding_goes_one_step_ahead(engines, monkeypatch):
+    """Plain guided decoding whose tokens are checked (greedy, an unfiltered draw) goes one step ahead once its
+    grammar has allowed its tokens a few rounds running (processed.chains_checked); a token the grammar refuses
+    there is not committed, the step queued after it is thrown away and the round computes the row again, masked.
+    The same tokens as decoding without the step ahead and as masking every row."""
+    from sparkdec.engine.lookahead import Lookahead
+    from sparkdec.spec import processed
+
+    ahead = engines["plain"]
+    look = ahead.engine.lookahead
+    taken, refused = [], []
+    takes, allowed = look.takes, Lookahead._allowed
+    monkeypatch.setattr(look, "takes", lambda batch, *a: (taken.append(any(s.guide for s in batch.decode))
+                                                         if (ok := takes(batch, *a)) else None) or ok)
+    monkeypatch.setattr(Lookahead, "_allowed", lambda self, seq, t: allowed(self, seq, t) or refused.append(t))
+    prompts = ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n', "The answer is", PROMPTS[0]]
+    params = [SamplingParams(max_tokens=60, guided=GUIDES[0]), SamplingParams(max_tokens=60, guided=GUIDES[3]),
+              SamplingParams(max_tokens=60, temperature=0.9, seed=2, guided=GUIDES[1])]
+    got = [[o.token_ids for o in ahead.generate([p], q)] for p, q in zip(prompts, params)]  # (one at a time)
+    assert any(taken) and refused  # (guided steps went ahead; some of their tokens were refused there)
+    rounds = LLM(draft=None, speculative=False, lookahead=False)
+    assert [[o.token_ids for o in rounds.generate([p], q)] for p, q in zip(prompts, params)] == got
+    monkeypatch.setattr(processed, "GUIDED_CHECKED", False)  # the reference: every row masked, no step ahead
+    taken.clear()
+    assert [[o.token_ids for o in ahead.generate([p], q)] for p, q in zip(prompts, params)] == got
+    assert not any(taken)
+
+
 def test_checked_rounds_that_chain_keep_the_drafters_context(engines, monkeypatch):
     """A checked round that chained its next propose (from the device's unmasked tokens) and then failed its check
     commits no further than those tokens went: the chained propose's block K/V overwrote the drafter's context from

@@ -118,12 +118,13 @@ def test_processed_sequences_go_one_step_ahead_with_the_rounds_tokens(pair, laun
     ahead.generate([PROMPTS[2]], params[0])
     assert launched == [1] * 14  # processed decoding went one step ahead
     assert on_device(SimpleNamespace(params=params[0], guide=None, bad_words=((3,), (4, 5))))  # (matched there)
-    masked = SimpleNamespace(params=params[0], guide=SimpleNamespace(free=lambda: False), bad_words=(), logprobs=None)
+    masked = SimpleNamespace(params=params[0], guide=SimpleNamespace(free=lambda: False, fault=None), bad_words=(),
+                             logprobs=None, check_failures=1.0)
     assert on_device(masked)  # (processed.GUIDED_ON_DEVICE: masked before the round's read)
     from sparkdec.engine.scheduler import Batch
 
-    assert not ahead.engine.lookahead.takes(Batch(decode=[masked]), lambda s: False)  # (its next mask needs this
-    # step's token on the host: a grammar keeps a request on the round)
+    assert not ahead.engine.lookahead.takes(Batch(decode=[masked]), lambda s: False)  # (a grammar that refused its
+    # tokens lately keeps a request on the round: its next mask needs this step's token on the host; test_guided.py)
     assert not on_device(SimpleNamespace(params=params[1], guide=None, bad_words=()))  # (nothing to process)
 
 

@@ -18,7 +18,7 @@ import torch
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence, Status
-from sparkdec.penalties import processes
+from sparkdec.penalties import rewrites
 from sparkdec.sampling import fused_sampler_on
 from sparkdec.spec import processed
 from sparkdec.spec.commit import commit_tokens
@@ -34,6 +34,8 @@ class PendingStep:
     ring_slot: int | None = None  # the graphs' host ring slot the graph wrote the tokens to (graphs.RING_READBACK)
     epochs: list[int] = field(default_factory=list)  # each sequence's preemption count when the step was queued
     processed: list[int] = field(default_factory=list)  # rows processed on the device (their states follow the tokens)
+    # id(seq) of those whose previous step's token their grammar refused: this step's row followed that token
+    refused: set[int] = field(default_factory=set)
 
 
 class Lookahead:
@@ -50,16 +52,26 @@ class Lookahead:
         if batch.prefill or not batch.decode:
             return False
         if any(speculating(s) or (not s.params.greedy and fused_sampler_on()) or s.logprobs is not None
-               or (processes(s.params) and not (processed.DEVICE_PROCESSING and processed.on_device(s)))
-               or s.guide is not None
+               or (rewrites(s.params) and not (processed.DEVICE_PROCESSING and processed.on_device(s)))
+               or (s.guide is not None and not self._checked(s))
                for s in batch.decode):
-            return False  # (a step ahead reads no logits: log-probabilities, grammars and bad words take the round)
+            return False  # (a step ahead reads no logits: log-probabilities and masked grammars take the round)
         return self.pending is None or all(any(s is p for p in self.pending.seqs) for s in batch.decode)
+
+    @staticmethod
+    def _checked(seq: Sequence) -> bool:
+        """Can a guided sequence decode one step ahead: its rows unmasked, each token checked against its grammar as
+        it is committed (spec/processed.GUIDED_CHECKED: greedy or an unfiltered draw), its grammar seldom refusing
+        them (a refused token costs the step queued after it)?"""
+        return (processed.GUIDED_CHECKED and (s := seq).guide.fault is None and processed.chains_checked(s)
+                and (s.params.greedy or processed.unfiltered(s.params)))
 
     def step(self, batch: Batch) -> list[Sequence]:
         """Queue the next step for the batch, then commit the pending one -> sequences that changed."""
         prev = self.pending
         seqs = batch.decode
+        for s in seqs:  # (a guided one's rows go unmasked: its grammar checks each token at its commit)
+            s.grammar_checked = s.guide is not None
         if prev is None:  # the first step: inputs from the host
             positions = [s.anchor_position for s in seqs]
             pieces = [(s.block_table, [s.anchor], [p]) for s, p in zip(seqs, positions)]
@@ -74,7 +86,7 @@ class Lookahead:
             pieces = [(s.block_table, [0], [p]) for s, p in zip(seqs, positions)]
             fill = (list(range(len(seqs))), prev.tokens, src)  # step k's tokens into step k+1's rows, on the device
         # the token at position p + 1 is drawn from the row at p, keyed on p + 1 (as the ordinary round draws it)
-        rows = [j for j, s in enumerate(seqs) if processes(s.params)]
+        rows = [j for j, s in enumerate(seqs) if rewrites(s.params)]  # (a grammar's rows go unmasked: _checked)
         draws = None if all(s.params.greedy for s in seqs) and not rows else [(s.params, s.seed, p + 1)
                                                                               for s, p in zip(seqs, positions)]
         process = self._processing(seqs, rows, prev, fill)
@@ -117,6 +129,19 @@ class Lookahead:
         done.record()
         return PendingStep(seqs, positions, tokens, host, done, epochs=epochs, processed=rows)
 
+    def _allowed(self, seq: Sequence, token: int) -> bool:
+        """Does a guided sequence's grammar allow this step's token (spec/processed.failed_checks' check)? Where it
+        does not, the token is not committed and the step queued after it, which followed it, is thrown away for
+        the sequence: the ordinary round (a failure keeps it off this path: _checked) computes the row again, masked
+        (the same row bits: the same token as masking it here would have drawn)."""
+        if not processed.under_grammar(seq):
+            return True
+        ok = seq.guide.allows([], [token])
+        seq.check_failures = processed.failure_share(seq.check_failures, not ok)
+        if not ok and self.pending is not None:
+            self.pending.refused.add(id(seq))
+        return ok
+
     def _commit(self, step: PendingStep) -> list[Sequence]:
         if step.done is not None:
             step.done.synchronize()
@@ -134,6 +159,8 @@ class Lookahead:
                 processed.dead_end(seq, dead[id(seq)][1])
                 touched.append(seq)
                 continue
+            if id(seq) in step.refused or not self._allowed(seq, token):
+                continue  # (refused: its next round computes this row again, masked; see _allowed)
             commit_tokens(seq, [token], self.decode)
             seq.num_computed = pos + 1
             touched.append(seq)
