@@ -199,6 +199,24 @@ def test_checked_plain_decoding_goes_one_step_ahead(engines, monkeypatch):
     assert not any(taken)
 
 
+def test_a_refused_check_costs_work_not_tokens(engines, monkeypatch):
+    """Checks that refuse tokens the grammar allows (every fifth) change no token, one step ahead or in the round:
+    a refused step's token is computed again, masked, and the step queued after it is not committed."""
+    from sparkdec import grammar_matcher
+
+    prompts = ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n', PROMPTS[0], PROMPTS[1]]
+    text = Guided(regex=r"[ -~\n]{1,400}")  # (code the model writes anyway: steps ahead, refused only here)
+    params = [SamplingParams(max_tokens=60, guided=GUIDES[0]), SamplingParams(max_tokens=80, guided=text),
+              SamplingParams(max_tokens=80, temperature=0.9, seed=1, guided=text)]
+    want = [o.token_ids for o in engines["plain"].generate(prompts, params)]
+    calls, allows = [], grammar_matcher.Matcher.allows
+    monkeypatch.setattr(grammar_matcher.Matcher, "allows",
+                        lambda self, *a: allows(self, *a) and (calls.append(1) or len(calls) % 5 != 0))
+    for name in ("plain", "spec"):
+        assert [o.token_ids for o in engines[name].generate(prompts, params)] == want
+    assert len(calls) >= 10
+
+
 def test_checked_rounds_that_chain_keep_the_drafters_context(engines, monkeypatch):
     """A checked round that chained its next propose (from the device's unmasked tokens) and then failed its check
     commits no further than those tokens went: the chained propose's block K/V overwrote the drafter's context from
