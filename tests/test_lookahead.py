@@ -238,3 +238,19 @@ def test_a_dropped_sequence_leaves_the_queued_propose_of_the_others():
     pending.drop(seqs[1])
     assert pending.holds(seqs[0]) and not pending.holds(seqs[1]) and pending.take([seqs[1]]) is None
     assert pending.take([seqs[2], seqs[0]])[0].tolist() == [[4, 5], [0, 1]]
+
+
+def test_a_step_after_a_refused_token_is_thrown_away_even_where_its_row_is_dead():
+    """A step queued after a token the grammar refused (PendingStep.refused) commits nothing for that sequence, not
+    even the dead end its row would give: the row followed a token that was never committed (engine/lookahead.py)."""
+    import torch
+
+    from sparkdec.engine.lookahead import Lookahead, PendingStep
+    from sparkdec.engine.sequence import Sequence, Status
+
+    seq = Sequence("a", [1, 2, 3], SamplingParams(max_tokens=10), 0, (), 100, output_ids=[5], status=Status.RUNNING,
+                   num_computed=3)
+    step = PendingStep([seq], [4], torch.tensor([7]), torch.tensor([7, 1]), None, epochs=[0], processed=[0],
+                       refused={id(seq)})  # (its processed row's state 1: no token to choose)
+    assert Lookahead(None, None)._commit(step) == []
+    assert seq.finish_reason is None and seq.output_ids == [5] and seq.num_computed == 3

@@ -155,12 +155,14 @@ class Lookahead:
         for seq, pos, token, epoch in zip(step.seqs, step.positions, tokens[:n], step.epochs):
             if seq.status != Status.RUNNING or seq.finish_reason is not None or seq.preemptions != epoch:
                 continue  # finished by an earlier step, aborted or preempted since: this step's token is thrown away
+            if id(seq) in step.refused:  # (its row followed a token its grammar refused: thrown away, see _allowed)
+                continue
             if id(seq) in dead:  # its row had no token to choose (spec/processed.py)
                 processed.dead_end(seq, dead[id(seq)][1])
                 touched.append(seq)
                 continue
-            if id(seq) in step.refused or not self._allowed(seq, token):
-                continue  # (refused: its next round computes this row again, masked; see _allowed)
+            if not self._allowed(seq, token):
+                continue  # (refused: its next round computes this row again, masked)
             commit_tokens(seq, [token], self.decode)
             seq.num_computed = pos + 1
             touched.append(seq)
