@@ -47,7 +47,7 @@ class Matcher:
             return xgr.GrammarMatcher(g, override_stop_tokens=list(stop_ids) or None)
 
         self.vocab_size, self.encode = vocab_size, encode
-        info = compiled.tokenizer_info  # special tokens no grammar emits (allows() refuses them without xgrammar's warning)
+        info = compiled.tokenizer_info  # special ids no grammar emits (allows() refuses them, no xgrammar warning)
         self.refused = frozenset(info.special_token_ids) - set(stop_ids or info.stop_token_ids)
         self.fault: str | None = None  # an xgrammar failure (_guarded): the request ends at its next token
         self._bits = xgr.allocate_token_bitmask(8, vocab_size)  # int32 [rows, ceil(V / 32)]

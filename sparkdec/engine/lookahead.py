@@ -63,8 +63,8 @@ class Lookahead:
         """Can a guided sequence decode one step ahead: its rows unmasked, each token checked against its grammar as
         it is committed (spec/processed.GUIDED_CHECKED: greedy or an unfiltered draw), its grammar seldom refusing
         them (a refused token costs the step queued after it)?"""
-        return (processed.GUIDED_CHECKED and (s := seq).guide.fault is None and processed.chains_checked(s)
-                and (s.params.greedy or processed.unfiltered(s.params)))
+        return (processed.GUIDED_CHECKED and seq.guide.fault is None and processed.chains_checked(seq)
+                and (seq.params.greedy or processed.unfiltered(seq.params)))
 
     def step(self, batch: Batch) -> list[Sequence]:
         """Queue the next step for the batch, then commit the pending one -> sequences that changed."""

@@ -288,9 +288,9 @@ class RoundRunner:
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
         t2 = time.perf_counter()
         touched, scores = [], logprobs.RoundScores()
-        # greedy guided rows went unmasked: where the grammar refuses one of their tokens, masked now (a second read)
+        # checked guided rows went unmasked: where the grammar refuses one of their tokens, masked now (a second read)
         failed = processed.failed_checks(spans, argmax, drafts) if self.simulate is None else set()
-        after = [span for span, on in zip(spans, on_device) if not on or id(span[0]) in failed]  # processed now, if at all
+        after = [span for span, on in zip(spans, on_device) if not on or id(span[0]) in failed]  # processed now
         rows = processed.process_spans(after, logits, drafts, failed) if self.simulate is None else {}
         picks, dead = processed.read_rows(after, rows, self._drawn_after)
         on_dead = processed.dead_of(dev_spans, host[-1]) if dev_spans else {}
@@ -307,7 +307,7 @@ class RoundRunner:
             accepted = len(tokens) - 1
             tokens, stuck = processed.settle(seq, tokens, dead, id(seq) in thinking)
             committed = commit_tokens(seq, tokens, self.decode)
-            if (len(tokens) <= accepted or id(seq) in failed) and seq.finish_reason is None and self.pending is not None:
+            if (len(tokens) <= accepted or id(seq) in failed) and seq.finish_reason is None and self.pending:
                 self.pending.drop(seq)  # (the propose chained from the device's tokens is not its next)
             if seq.logprobs is not None:
                 scores.output(seq, logits[r0:r0 + committed], tokens[:committed])
