@@ -69,8 +69,9 @@
 # Session 44 had no device (none lent): it masked guided requests' rows before the round's one read
 # (processed.GUIDED_ON_DEVICE; its GPU test is test_bf16_guided_decoding, in 61; its A/B the second half of 62) and
 # added the speculation bypass (spec/bypass.py, on by default: 63). Next: 61, 62, 63, then 1 and 25.
-# Session 45: no machine could be started for most of it; it made guided rows unmasked where their tokens can be
-# checked after the read (processed.GUIDED_CHECKED; its GPU test is test_bf16_guided_decoding, in 64). Next: 64, 65,
+# Session 45: no machine could be started (nine attempts); it made guided rows unmasked where their tokens can be
+# checked after the read (processed.GUIDED_CHECKED; plain guided decoding one step ahead; their GPU tests are in 64:
+# test_bf16_guided_decoding, test_lookahead_equals_ordinary_rounds_with_graphs). Next: 64, 65,
 # then 1 and 25.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
