@@ -110,13 +110,14 @@ class Matcher:
         return self.unpack(bits, device)
 
     @_guarded(False)
-    def allows(self, drafts: list[int], tokens: list[int]) -> bool:
+    def allows(self, drafts: list[int], tokens: list[int], kept: list[list[int]] | None = None) -> bool:
         """Does the grammar allow each of a round's tokens (row k's: after the committed tokens and drafts[:k]) along
-        the drafts they accept (rows up to the first token that is not its draft), as allowed()'s masks would?
-        A token at a time (accepted on trial, rolled back): no mask is filled."""
+        the drafts they accept (rows up to the first token that is not its draft), as allowed()'s masks would, and
+        with kept, every id of kept[k] in those rows too (a -1 allows nothing)? A token at a time (accepted on trial,
+        rolled back): no mask is filled."""
         walk, ok = _Walk(self), True
         for k, token in enumerate(tokens):
-            if not walk.allows(token):
+            if not walk.allows(token) or (kept is not None and not all(t >= 0 and walk.allows(t) for t in kept[k])):
                 ok = False
                 break
             if k == len(tokens) - 1 or k >= len(drafts) or token != drafts[k]:

@@ -171,6 +171,85 @@ def test_guided_tokens_are_checked_not_masked(engines, monkeypatch):
         assert [o.token_ids for o in engines[name].generate(prompts, params)] == got[name]
 
 
+def test_kept_ids_are_a_rows_top_k_or_nothing():
+    """processed.kept_ids: the ids sampling's top-k keeps in each row (those _filtered_probs leaves non-zero), or -1
+    throughout where a tie at the k-th value or too few finite logits leave more or fewer than k."""
+    from sparkdec.sampling import _filtered_probs
+    from sparkdec.spec import processed
+
+    inf = float("inf")
+    rows = torch.tensor([[1.0, 5.0, 3.0, 4.0, 0.0], [1.0, 5.0, 4.0, 4.0, 0.0], [5.0, -inf, -inf, -inf, -inf]])
+    assert processed.kept_ids(rows, SamplingParams(temperature=0.7, top_k=2)).tolist() == [
+        [1.0, 3.0], [-1.0, -1.0], [-1.0, -1.0]]
+    x = torch.randn(16, 300, generator=torch.Generator().manual_seed(0))
+    for k in (1, 5, 20):
+        params = SamplingParams(temperature=0.8, top_k=k)
+        kept = processed.kept_ids(x, params)
+        for row, ids in zip(_filtered_probs(x, params), kept.long().tolist()):
+            assert sorted(ids) == row.nonzero().flatten().tolist()
+
+
+def test_a_top_k_rows_check_passes_only_where_masking_draws_the_same(engines):
+    """A top-k row whose grammar allows every id it keeps (Matcher.allows with processed.kept_ids) draws the token
+    masking it would have drawn; checking the drawn token alone would not do: rows whose drawn token the grammar
+    allows, with a refused token among the kept, draw another token masked (random rows, top-k and refused tokens
+    mixed at the top, with and without top-p)."""
+    from sparkdec.sampling import sample_rows
+    from sparkdec.spec import processed
+
+    eng = engines["plain"].engine
+    tok = eng.tokenizer
+    matcher = eng.guides.matcher(Guided(json=SCHEMA), tok.eos_token_ids)
+    matcher.accept(tok.encode("{")[0])
+    mask = matcher.allowed([], 1, "cpu")[0]  # bool [V]
+    vocab, allowed = mask.numel(), mask.nonzero().flatten()
+    gen = torch.Generator().manual_seed(1)
+    passed = unseen = 0
+    for trial in range(600):
+        params = SamplingParams(temperature=1.0, top_k=2, top_p=0.9) if trial % 2 else \
+            SamplingParams(temperature=1.0, top_k=4)
+        x = torch.randn(vocab, generator=gen)
+        x[allowed[torch.randint(0, allowed.numel(), (params.top_k,), generator=gen)]] += 6.0  # (the top: k allowed ..
+        x[torch.randint(0, vocab, (trial % 3,), generator=gen)] += 6.0  # .. and 0-2 others, mostly refused)
+        drawn = int(sample_rows(x[None], params, trial, 9)[0])
+        masked = int(sample_rows(x.masked_fill(~mask, float("-inf"))[None], params, trial, 9)[0])
+        if matcher.allows([], [drawn], processed.kept_ids(x[None], params).long().tolist()):
+            assert drawn == masked
+            passed += 1
+        elif matcher.allows([], [drawn]) and drawn != masked:
+            unseen += 1
+    assert passed and unseen
+
+
+def test_top_k_guided_draws_are_checked_not_masked(engines, monkeypatch):
+    """processed.FILTERED_CHECKED: a sampled guided request with a top-k (and top-p) goes unmasked where its grammar
+    allows every token its rows' top-k keeps (read back with the round's tokens), masked after the read where it
+    does not, and masked before the read for the next 1, 2, 4 .. rounds after such a refusal. The same tokens as
+    masking every row, with speculation and without."""
+    from sparkdec.spec import processed
+
+    notes, note = [], processed.note_filtered_check
+    monkeypatch.setattr(processed, "note_filtered_check", lambda seq, failed: notes.append(failed) or note(seq, failed))
+    text = Guided(regex=r"[ -~\n]{1,400}")  # (code the model writes anyway: most of its top-k allowed)
+    prompts = [PROMPTS[0], PROMPTS[1], 'Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n']
+    params = [SamplingParams(max_tokens=80, temperature=0.8, top_k=20, top_p=0.9, seed=5, guided=text),
+              SamplingParams(max_tokens=80, temperature=1.0, top_k=5, seed=6, guided=text),
+              SamplingParams(max_tokens=60, temperature=0.7, top_k=20, seed=7, guided=GUIDES[0])]
+    got = {}
+    for name in ("spec", "plain"):
+        notes.clear()
+        got[name] = [o.token_ids for o in engines[name].generate(prompts, params)]
+        assert True in notes and False in notes  # (checks that passed and checks that failed)
+    assert got["spec"] == got["plain"]
+    for guided, tokens in zip(params, got["spec"]):
+        assert _follows(guided.guided, engines["spec"].engine.tokenizer.decode(tokens))
+    monkeypatch.setattr(processed, "GUIDED_CHECKED", False)  # the reference: every row masked
+    notes.clear()
+    for name in ("spec", "plain"):
+        assert [o.token_ids for o in engines[name].generate(prompts, params)] == got[name]
+    assert not notes
+
+
 def test_checked_plain_decoding_goes_one_step_ahead(engines, monkeypatch):
     """Plain guided decoding whose tokens are checked (greedy, an unfiltered draw) goes one step ahead once its
     grammar has allowed its tokens a few rounds running (processed.chains_checked); a token the grammar refuses
@@ -207,7 +286,9 @@ def test_a_refused_check_costs_work_not_tokens(engines, monkeypatch):
     prompts = ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n', PROMPTS[0], PROMPTS[1]]
     text = Guided(regex=r"[ -~\n]{1,400}")  # (code the model writes anyway: steps ahead, refused only here)
     params = [SamplingParams(max_tokens=60, guided=GUIDES[0]), SamplingParams(max_tokens=80, guided=text),
-              SamplingParams(max_tokens=80, temperature=0.9, seed=1, guided=text)]
+              SamplingParams(max_tokens=80, temperature=0.9, seed=1, guided=text),
+              SamplingParams(max_tokens=80, temperature=0.9, seed=2, top_k=10, guided=text)]
+    prompts = prompts + prompts[1:2]
     want = [o.token_ids for o in engines["plain"].generate(prompts, params)]
     calls, allows = [], grammar_matcher.Matcher.allows
     monkeypatch.setattr(grammar_matcher.Matcher, "allows",

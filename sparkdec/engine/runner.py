@@ -113,7 +113,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def verify(self, pieces, logit_rows: list[int], fill=None, readback: tuple = (), prompt_from: int | None = None,
-               mark=None, before_read=None, draws=None, process=None):
+               mark=None, before_read=None, draws=None, process=None, kept=None):
         """Packed causal forward of all pieces -> (logits [R, V] of logit_rows (a tensor, or LogitRows when a graph
         ran), host lists).
         fill = (rows, values [N] device, src [N]): token ids written on the device into those packed rows
@@ -126,7 +126,9 @@ class ModelRunner:
         draws: per logit row (params, seed, position of the token): sampled rows then read back, and hand
         before_read, their drawn token (sampling.draw_tokens) in place of the argmax.
         process(rows [R, V]) -> (row indices, those rows processed, their states [m]): logit processing on the
-        device before the draws (spec/processed.device_processing); the states are read back last, with the rest.
+        device before the draws (spec/processed.device_processing); the states are read back after readback's.
+        kept(rows, at, x) -> [m]: with draws, values read back last (spec/processed.kept_reader: the ids a top-k
+        keeps in checked guided rows), given the rows as drawn (at, x: those process rewrote, or None).
         Replays a CUDA graph when one fits and no prompt rows are in the forward (prompt rows always take the
         prefill attention kernel, eagerly; graphs hold generated rows only)."""
         num_tokens = sum(len(p[1]) for p in pieces)
@@ -141,7 +143,7 @@ class ModelRunner:
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
         if draws is not None:
-            drawn, extra = _drawn(logits.tensor() if tier is not None else logits, draws, process)
+            drawn, extra = _drawn(logits.tensor() if tier is not None else logits, draws, process, kept)
             readback = tuple(readback) + extra
             if tier is not None:  # first is indexed by packed row there
                 at = to_device(logit_rows, self.device)
@@ -260,11 +262,13 @@ class ModelRunner:
                                  coupling)
 
 
-def _drawn(rows: torch.Tensor, draws, process) -> tuple[torch.Tensor, tuple]:
-    """Each row's drawn token [R] (sampling.draw_tokens) -> (tokens, (states [m],) or ()): the rows process rewrites
-    (spec/processed.device_processing) drawn from their processed copies (only those rows are copied)."""
-    tokens = draw_tokens(rows, draws)
-    if process is None:
-        return tokens, ()
-    at, x, states = process(rows)
-    return tokens.index_copy(0, to_device(at, rows.device), draw_tokens(x, [draws[r] for r in at])), (states,)
+def _drawn(rows: torch.Tensor, draws, process, kept=None) -> tuple[torch.Tensor, tuple]:
+    """Each row's drawn token [R] (sampling.draw_tokens) -> (tokens, extra): the rows process rewrites
+    (spec/processed.device_processing) drawn from their processed copies (only those rows are copied), extra their
+    states [m] if any, then kept's values if asked (ModelRunner.verify)."""
+    tokens, extra, at, x = draw_tokens(rows, draws), (), None, None
+    if process is not None:
+        at, x, states = process(rows)
+        tokens = tokens.index_copy(0, to_device(at, rows.device), draw_tokens(x, [draws[r] for r in at]))
+        extra = (states,)
+    return tokens, extra + ((kept(rows, at, x),) if kept is not None else ())

@@ -110,6 +110,10 @@ class Sequence:
     # checked guided rounds: a running share of those whose tokens the grammar refused (spec/processed.failed_checks),
     # from 1; its rounds chain their next propose only while it is low (a chained round that fails commits less)
     check_failures: float = 1.0
+    # a top-k guided draw checked (spec/processed.keeps_checked): rounds still masked after a refusal, and how many the
+    # next refusal masks (1, 2, 4 .. processed.MAX_BACKOFF; back to 1 after a passing check)
+    masked_rounds: int = 0
+    backoff: int = 1
     history: object | None = None  # penalties.History: its prompt and output counted on the device, for penalties
     bypass: object | None = None  # spec/bypass.BypassState: whether speculation pays for it, made on first use
     error: str | None = None  # why the request ended with finish_reason "error" (see fail)

@@ -38,6 +38,12 @@ GUIDED_ON_DEVICE = True
 # row, a checked row is not scanned for NaN or +inf (a masked one is, and fails its request; a NaN row's argmax is no
 # token, which fails the check). False: masked like the others.
 GUIDED_CHECKED = True
+# True: sampled guided rows drawn with a top-k of at most TOPK_CHECKED (any top-p; no min_p) are checked too: where the
+# grammar allows every token their unmasked top-k keeps (kept_ids: read back with the round's tokens), the masked row
+# keeps the same tokens with the same numbers (a mask only sets refused ones to -inf), so its top-p and race give the
+# same token. A refusal masks the sequence's next 1, 2, 4 .. 16 rounds before the read (note_filtered_check), since a
+# failed check costs a mask after the read, not overlapped with the device. False: such rows are masked.
+FILTERED_CHECKED, TOPK_CHECKED, MAX_BACKOFF = True, 64, 16
 
 
 def process_spans(spans, logits, drafts: list[list[int]], failed: set[int] = frozenset()) -> dict[int, torch.Tensor]:
@@ -128,14 +134,81 @@ def unfiltered(params) -> bool:
     return params.top_p >= 1.0 and not params.top_k and not params.min_p
 
 
-def failed_checks(spans, tokens: list[int], drafts: list[list[int]]) -> set[int]:
+def checkable(params) -> bool:
+    """Can a sampled request's guided rows be checked rather than masked: an unfiltered draw, or one whose filter is a
+    top-k the round reads back (FILTERED_CHECKED, TOPK_CHECKED; any top-p, no min_p)?"""
+    return unfiltered(params) or (FILTERED_CHECKED and 0 < params.top_k <= TOPK_CHECKED and not params.min_p)
+
+
+def keeps_checked(seq) -> bool:
+    """Is a checked sequence's draw filtered by a top-k, so that every token its rows keep is checked (kept_ids)?"""
+    return checked(seq) and not seq.params.greedy and not unfiltered(seq.params)
+
+
+def kept_ids(rows: torch.Tensor, params) -> torch.Tensor:
+    """rows [n, V] (as drawn: processed where they are) -> [n, k] float32: the ids top-k keeps in each row
+    (sampling.top_k_floor's cut, x / T >= the k-th largest), or -1 throughout a row where they are not exactly k finite
+    entries (a tie at the k-th value, or fewer finite ones): such a row fails its check and is masked."""
+    k = params.top_k
+    if k + 1 > rows.shape[1]:
+        return torch.full((rows.shape[0], k), -1.0, device=rows.device)
+    vals, ids = torch.topk(rows.float() / params.temperature, k + 1, dim=-1)  # [n, k + 1], largest first
+    ok = torch.isfinite(vals[:, :k]).all(-1) & (vals[:, k] < vals[:, k - 1])
+    return torch.where(ok[:, None], ids[:, :k], -1).float()
+
+
+def kept_reader(asks):
+    """asks: (first logit row, rows, params) of the keeps_checked sequences -> kept(rows, at, x) for ModelRunner.verify:
+    rows [R, V] of the logit rows, at / x the rows processed and their values (or None) -> each ask's kept_ids
+    flattened and concatenated [sum n * k], read back with the round's tokens."""
+    def kept(rows: torch.Tensor, at, x) -> torch.Tensor:
+        where = {r: j for j, r in enumerate(at)} if at else {}
+        out = []
+        for r0, n, params in asks:
+            y = x[where[r0]:where[r0] + n] if r0 in where else rows[r0:r0 + n]  # (a span's rows are processed or not)
+            out.append(kept_ids(y, params).reshape(-1))
+        return torch.cat(out)
+    return kept
+
+
+def kept_lists(asks, flat: list) -> dict[int, list[list[int]]]:
+    """kept_reader's values read back -> id(seq) -> each row's kept ids (asks: seq, first logit row, rows, params)."""
+    out, at = {}, 0
+    for seq, _, n, params in asks:
+        k = params.top_k
+        out[id(seq)] = [[int(t) for t in flat[at + j * k:at + (j + 1) * k]] for j in range(n)]
+        at += n * k
+    return out
+
+
+def failed_checks(spans, tokens: list[int], drafts: list[list[int]], kept: dict | None = None) -> set[int]:
     """id(seq) of the checked sequences (spans: seq, first row, rows, speculating index or None) a token of whose
-    round the grammar refuses, along the drafts the round accepts (tokens: every row's token, read back). Such a
+    round the grammar refuses, along the drafts the round accepts (tokens: every row's token, read back; kept: id(seq)
+    -> each row's kept ids, kept_lists, for the keeps_checked ones: each of those must be allowed too). Such a
     round commits its masked tokens no further than its unmasked ones went (the row after those is its last): a
     propose chained from the device's tokens wrote its block's draft K/V from there on, over the context rows a
     longer commit would leave its next propose to attend to (spec/chain.py)."""
+    kept = kept or {}
     return {id(seq) for seq, r0, n, i in spans if checked(seq)  # (only the tokens it may still emit: room)
-            and not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + min(n, seq.room())])}
+            and ((keeps_checked(seq) and id(seq) not in kept)
+                 or not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + min(n, seq.room())],
+                                         kept.get(id(seq))))}
+
+
+def filtered_turn(seq) -> bool:
+    """May a guided sequence with a top-k draw be checked this round (not within the rounds a refusal masks)? Counts
+    the round down where not."""
+    if seq.params.greedy or unfiltered(seq.params) or seq.masked_rounds <= 0:
+        return True
+    seq.masked_rounds -= 1
+    return False
+
+
+def note_filtered_check(seq, failed: bool) -> None:
+    """After a keeps_checked round: a refusal masks the next 1, 2, 4 .. MAX_BACKOFF rounds (doubling while they go on
+    failing); a pass starts the count again from 1."""
+    seq.masked_rounds = seq.backoff if failed else 0
+    seq.backoff = min(2 * seq.backoff, MAX_BACKOFF) if failed else 1
 
 
 # a checked sequence's rounds chain their next propose while the running share of its checked rounds its grammar

@@ -12,7 +12,7 @@ from sparkdec.engine import context
 from sparkdec.engine.scheduler import Batch
 from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
-from sparkdec.penalties import processes
+from sparkdec.penalties import processes, rewrites as rewrites_logits
 from sparkdec.spec import coupling, logprobs, processed
 from sparkdec.spec.chain import PendingPropose, device_accept
 from sparkdec.spec.commit import commit_tokens
@@ -122,9 +122,14 @@ class RoundRunner:
 
     def _checks(self, seq: Sequence) -> bool:
         """May this sequence's guided rows go unmasked, their tokens checked after the read (spec/processed.checked):
-        greedy, or exact-sampled with no filter and drawn on the device with the verify?"""
-        return seq.params.greedy or (processed.unfiltered(seq.params) and DEVICE_DRAWS and self.accept_mode == "exact"
-                                     and self.simulate is None and not fused_sampler_on())
+        greedy, or exact-sampled with no filter or a top-k read back (processed.checkable), drawn on the device with
+        the verify (a top-k one not within the rounds a refusal masks: processed.filtered_turn)? Rows rewritten as
+        well only where that is done on the device (the tokens checked are then the ones drawn)."""
+        if rewrites_logits(seq.params) and not processed.DEVICE_PROCESSING:
+            return False
+        return seq.params.greedy or (processed.checkable(seq.params) and DEVICE_DRAWS and self.accept_mode == "exact"
+                                     and self.simulate is None and not fused_sampler_on()
+                                     and processed.filtered_turn(seq))
 
     def _processed_on_device(self, seq: Sequence) -> bool:
         """Are this sequence's rows processed (penalties.py) on the device before the round's one read, their tokens
@@ -281,19 +286,23 @@ class RoundRunner:
                      for (seq, r0, n, i), on in zip(spans, on_device) if on]
         process = processed.device_processing(dev_spans, self._guided_drafts(spans, on_device, drafts_dev)) \
             if dev_spans else None
+        kept_asks = [(seq, r0, n, seq.params) for seq, r0, n, _ in spans if processed.keeps_checked(seq)]
+        kept = processed.kept_reader([a[1:] for a in kept_asks]) if kept_asks and drawn else None
         logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
-                                          draws if drawn else None, process)
+                                          draws if drawn else None, process, kept)
         argmax = host[0]
         drafts = [[int(x) for x in host[1][i * gamma:(i + 1) * gamma]] for i in range(len(spec))] if spec else []
         conf = [host[2][i * gamma:(i + 1) * gamma] for i in range(len(spec))] if spec else []
+        states = host[1 + len(readback)] if process is not None else None
         t2 = time.perf_counter()
         touched, scores = [], logprobs.RoundScores()
         # checked guided rows went unmasked: where the grammar refuses one of their tokens, masked now (a second read)
-        failed = processed.failed_checks(spans, argmax, drafts) if self.simulate is None else set()
+        kept_ids = processed.kept_lists(kept_asks, host[-1]) if kept is not None else {}
+        failed = processed.failed_checks(spans, argmax, drafts, kept_ids) if self.simulate is None else set()
         after = [span for span, on in zip(spans, on_device) if not on or id(span[0]) in failed]  # processed now
         rows = processed.process_spans(after, logits, drafts, failed) if self.simulate is None else {}
         picks, dead = processed.read_rows(after, rows, self._drawn_after)
-        on_dead = processed.dead_of(dev_spans, host[-1]) if dev_spans else {}
+        on_dead = processed.dead_of(dev_spans, states) if dev_spans else {}
         dead.update({key: bad for key, bad in on_dead.items() if key not in failed})
         for seq, r0, n, i in spans:
             ver = drafts[i][:n - 1] if i is not None else []
@@ -303,6 +312,8 @@ class RoundRunner:
                 tokens = tokens[:len(accept_greedy(argmax[r0:r0 + n], ver))]
             if processed.checked(seq) and self.simulate is None:
                 seq.check_failures = processed.failure_share(seq.check_failures, id(seq) in failed)
+                if processed.keeps_checked(seq):
+                    processed.note_filtered_check(seq, id(seq) in failed)
             s = seq.anchor_position
             accepted = len(tokens) - 1
             tokens, stuck = processed.settle(seq, tokens, dead, id(seq) in thinking)
