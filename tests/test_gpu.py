@@ -717,7 +717,8 @@ def test_bf16_logit_processing_equal_with_speculation_on_and_off():
 def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
     """Guided decoding (sparkdec/guided.py: JSON schema, regex, choice, a regex after a thinking block the prompt
     opened) masks graphed bf16 verify rows after the drafts before them, on the device before the round's one read
-    (processed.GUIDED_ON_DEVICE), or checks greedy rows' tokens after it (GUIDED_CHECKED): plain decoding's tokens
+    (processed.GUIDED_ON_DEVICE), or checks greedy rows' tokens, and a top-k draw's kept ids, after it (GUIDED_CHECKED,
+    FILTERED_CHECKED): plain decoding's tokens
     and those of every row masked, before the read or after it, greedy and sampled, and the outputs follow their
     guides."""
     pytest.importorskip("xgrammar")
@@ -726,11 +727,13 @@ def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                                "line": {"type": "integer", "minimum": 0, "maximum": 999}},
               "required": ["name", "line"]}
-    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n", "def add(a, b):"]
+    prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n", "def add(a, b):", "def main():\n"]
     params = [SamplingParams(max_tokens=160, guided=Guided(json=schema, any_whitespace=False)),
               SamplingParams(max_tokens=160, temperature=0.8, seed=5, guided=Guided(regex=r"[a-z_]{1,12}\(\d{1,3}\)")),
               SamplingParams(max_tokens=20, guided=Guided(choice=("yes", "no"))),
-              SamplingParams(max_tokens=90, guided=Guided(regex=r" [0-9]{1,4}", thinking=("):", "Ġ=")))]  # (opened)
+              SamplingParams(max_tokens=90, guided=Guided(regex=r" [0-9]{1,4}", thinking=("):", "Ġ="))),  # (opened)
+              SamplingParams(max_tokens=120, temperature=0.8, top_k=20, top_p=0.9, seed=6,  # (checked: its top-k)
+                             guided=Guided(regex=r"[ -~\n]{1,300}"))]
     runs = [LLM(device="cuda", dtype="bfloat16", speculative=spec).generate(prompts, params) for spec in (True, False)]
     assert [o.token_ids for o in runs[0]] == [o.token_ids for o in runs[1]]
     assert set(json.loads(runs[0][0].text)) == {"name", "line"} and runs[0][2].text in ("yes", "no")
