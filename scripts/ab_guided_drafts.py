@@ -3,10 +3,11 @@ JSON-schema, tool-call, regex and choice requests), "forced" (FORCED_DRAFTS, the
 the same requests with GUIDED_DRAFTS off, as on CUDA), "ondevice" (spec/processed.py GUIDED_ON_DEVICE: the grammar's
 masks applied before the round's one read, rounds chained; the same requests, GUIDED_DRAFTS and GUIDED_CHECKED off),
 "checked" (GUIDED_CHECKED: greedy rows unmasked, their tokens checked after the read; the same requests, GUIDED_DRAFTS
-off; the share of checks the grammar refused, each then masked after the read, counted) or "processed"
+off; the share of checks the grammar refused, each then masked after the read, counted), "topk" (FILTERED_CHECKED:
+the same requests sampled as Qwen3 recommends, T 0.7, top-k 20, top-p 0.8, each row's kept ids checked) or "processed"
 (PROCESSED_DRAFTS: penalties, logit_bias, min_p, min_tokens). Tokens per round and tokens/s with the switch off and
 on, the tokens checked equal both ways.
-Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|ondevice|checked|processed]"""
+Usage: python scripts/ab_guided_drafts.py OUT.json [device] [guided|forced|ondevice|checked|topk|processed]"""
 from __future__ import annotations
 
 import json
@@ -51,7 +52,7 @@ def run(llm, prompts, params) -> tuple[list, float]:
 def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
     llm = LLM(device=device, spec_bypass=False)  # (every round speculates: tokens per round)
     tok = llm.engine.tokenizer
-    if suite in ("forced", "ondevice", "checked"):
+    if suite in ("forced", "ondevice", "checked", "topk"):
         spec_round.GUIDED_DRAFTS = False
     if suite == "ondevice":
         processed.GUIDED_CHECKED = False
@@ -59,15 +60,16 @@ def main(out_path: str, device: str = "cpu", suite: str = "guided") -> None:
     failed_checks = processed.failed_checks
     processed.failed_checks = lambda spans, *a: checks.append(  # noqa: E731
         (len(failed_checks(spans, *a)), sum(processed.checked(s) for s, *_ in spans))) or failed_checks(spans, *a)
-    if suite in ("guided", "forced", "ondevice", "checked"):
+    if suite in ("guided", "forced", "ondevice", "checked", "topk"):
         prompts = [tok.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
-        cases = {name: SamplingParams(max_tokens=200, guided=g) for name, g in GUIDES.items()}
+        drawn = dict(temperature=0.7, top_k=20, top_p=0.8, seed=11) if suite == "topk" else {}
+        cases = {name: SamplingParams(max_tokens=200, guided=g, **drawn) for name, g in GUIDES.items()}
     else:
         prompts = CODE
         cases = {name: SamplingParams(max_tokens=200, ignore_eos=True, **kw) for name, kw in PROCESSED.items()}
     switch = {"guided": "GUIDED_DRAFTS", "forced": "FORCED_DRAFTS", "ondevice": "GUIDED_ON_DEVICE",
-              "checked": "GUIDED_CHECKED"}.get(suite, "PROCESSED_DRAFTS")
-    module = processed if suite in ("ondevice", "checked") else spec_round
+              "checked": "GUIDED_CHECKED", "topk": "FILTERED_CHECKED"}.get(suite, "PROCESSED_DRAFTS")
+    module = processed if suite in ("ondevice", "checked", "topk") else spec_round
     results = {}
     for name, params in cases.items():
         row = {}
