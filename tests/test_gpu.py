@@ -714,6 +714,37 @@ def test_bf16_logit_processing_equal_with_speculation_on_and_off():
     assert [o.token_ids for o in after] == runs[0]
 
 
+def test_a_top_k_check_passes_only_where_the_kernel_sampler_draws_the_same_masked():
+    """spec/processed.kept_ids against the CUDA kernel sampler (ops/triton_nucleus.py, whose cut divides with div_rn
+    where torch multiplies by 1 / T): float32 rows whose third value sits 0-7 ulps below the second (top-k 2), that
+    id refused, top-p splitting the kept: wherever the check passes, the masked row draws the same token."""
+    from sparkdec.sampling import kernel_race
+    from sparkdec.spec import processed
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows, vocab, inf = 256, 4096, float("inf")
+    allowed = torch.ones(vocab, dtype=torch.bool, device="cuda")
+    allowed[2] = False
+    passed = 0
+    for temperature in (0.6, 0.7, 1.3):
+        params = SamplingParams(temperature=temperature, top_k=2, top_p=0.45)
+        x = torch.randn(rows, vocab, device="cuda", generator=gen)
+        x[:, 1] = 6.0 + torch.rand(rows, device="cuda", generator=gen)  # (the k-th)
+        x[:, 0] = x[:, 1] + 0.3 * temperature
+        x[:, 2] = x[:, 1]
+        for r in range(rows):  # (the next, refused: r % 8 ulps below the k-th)
+            for _ in range(r % 8):
+                x[r, 2] = torch.nextafter(x[r, 2], torch.tensor(-inf, device="cuda"))
+        keys = list(range(rows))
+        unmasked = kernel_race(x, params, keys)
+        masked = kernel_race(x.masked_fill(~allowed, -inf), params, keys)
+        kept = processed.kept_ids(x, params).long()
+        ok = (kept >= 0).all(-1) & allowed[kept.clamp(min=0)].all(-1)
+        assert torch.equal(unmasked[ok], masked[ok]), temperature
+        passed += int(ok.sum())
+    assert passed > rows
+
+
 def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
     """Guided decoding (sparkdec/guided.py: JSON schema, regex, choice, a regex after a thinking block the prompt
     opened) masks graphed bf16 verify rows after the drafts before them, on the device before the round's one read

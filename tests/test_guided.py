@@ -178,9 +178,16 @@ def test_kept_ids_are_a_rows_top_k_or_nothing():
     from sparkdec.spec import processed
 
     inf = float("inf")
-    rows = torch.tensor([[1.0, 5.0, 3.0, 4.0, 0.0], [1.0, 5.0, 4.0, 4.0, 0.0], [5.0, -inf, -inf, -inf, -inf]])
+    rows = torch.tensor([[1.0, 5.0, 3.0, 4.0, 0.0], [1.0, 5.0, 4.0, 4.0, 0.0], [5.0, -inf, -inf, -inf, -inf],
+                         [5.0, 4.0, -inf, -inf, -inf]])
     assert processed.kept_ids(rows, SamplingParams(temperature=0.7, top_k=2)).tolist() == [
-        [1.0, 3.0], [-1.0, -1.0], [-1.0, -1.0]]
+        [1.0, 3.0], [-1.0, -1.0], [-1.0, -1.0], [0.0, 1.0]]
+    near = torch.tensor([4.0, 3.0, 3.0, 1.0])  # (x / T at T = 1: the third value 1, 2, 3 ulps below the second)
+    for ulps, want in ((1, -1), (2, 0), (3, 0)):
+        near[2] = 3.0
+        for _ in range(ulps):
+            near[2] = torch.nextafter(near[2], torch.tensor(-inf))
+        assert int(processed.kept_ids(near[None], SamplingParams(temperature=1.0, top_k=2))[0, 0]) == want, ulps
     x = torch.randn(16, 300, generator=torch.Generator().manual_seed(0))
     for k in (1, 5, 20):
         params = SamplingParams(temperature=0.8, top_k=k)

@@ -105,7 +105,7 @@ class Sequence:
     bad_words: tuple[tuple[int, ...], ...] = ()  # params.bad_words as token sequences (Engine.add_request)
     guide: object | None = None  # guided decoding's matcher (grammar_matcher.Matcher), advanced by each committed token
     # this round's guided rows go unmasked, their tokens checked after the read (spec/processed.checked; set by the
-    # round for each decoding sequence: greedy, or drawn on the device from an unfiltered distribution)
+    # round for each decoding sequence: greedy, or drawn on the device from an unfiltered or top-k distribution)
     grammar_checked: bool = False
     # checked guided rounds: a running share of those whose tokens the grammar refused (spec/processed.failed_checks),
     # from 1; its rounds chain their next propose only while it is low (a chained round that fails commits less)

@@ -34,16 +34,19 @@ GUIDED_ON_DEVICE = True
 # allows that (masking only lowers other logits), so the tokens are the same (the CPU's race divides normalised
 # probabilities, whose last bits move with the mask: a near tie there could go the other way); a grammar's masks,
 # filled over the whole vocabulary for every verify row, are the host cost of guided rounds at a Qwen3-sized
-# vocabulary (grammar_walk_cost_*). Filtered draws are masked (the kept set moves with the mask). Like an unguided
+# vocabulary (grammar_walk_cost_*). Filtered draws are masked (the kept set moves with the mask), but for a top-k
+# one's, checked (FILTERED_CHECKED below). Like an unguided
 # row, a checked row is not scanned for NaN or +inf (a masked one is, and fails its request; a NaN row's argmax is no
 # token, which fails the check). False: masked like the others.
 GUIDED_CHECKED = True
 # True: sampled guided rows drawn with a top-k of at most TOPK_CHECKED (any top-p; no min_p) are checked too: where the
 # grammar allows every token their unmasked top-k keeps (kept_ids: read back with the round's tokens), the masked row
 # keeps the same tokens with the same numbers (a mask only sets refused ones to -inf), so its top-p and race give the
-# same token. A refusal masks the sequence's next 1, 2, 4 .. 16 rounds before the read (note_filtered_check), since a
+# same token. (Checking the drawn token alone would not do: test_guided.py finds rows whose drawn token is allowed
+# and whose masked draw is another.) A refusal masks the sequence's next 1, 2, 4 .. 16 rounds before the read (note_filtered_check), since a
 # failed check costs a mask after the read, not overlapped with the device. False: such rows are masked.
 FILTERED_CHECKED, TOPK_CHECKED, MAX_BACKOFF = True, 64, 16
+GAP_ULPS = 2  # how far below a row's k-th value of x / T the next must be for kept_ids to read its kept ids
 
 
 def process_spans(spans, logits, drafts: list[list[int]], failed: set[int] = frozenset()) -> dict[int, torch.Tensor]:
@@ -146,14 +149,19 @@ def keeps_checked(seq) -> bool:
 
 
 def kept_ids(rows: torch.Tensor, params) -> torch.Tensor:
-    """rows [n, V] (as drawn: processed where they are) -> [n, k] float32: the ids top-k keeps in each row
-    (sampling.top_k_floor's cut, x / T >= the k-th largest), or -1 throughout a row where they are not exactly k finite
-    entries (a tie at the k-th value, or fewer finite ones): such a row fails its check and is masked."""
+    """rows [n, V] (as drawn: processed where they are) -> [n, k] float32: the ids top-k keeps in each row (the k
+    largest x / T), or -1 throughout a row where the k-th and the next are not GAP_ULPS apart or fewer than k are finite:
+    such a row fails its check and is masked. (The cut compares x / T with the k-th largest, sampling.top_k_floor; on
+    CUDA the kernel sampler divides with div_rn where torch multiplies by 1 / T, which can differ by an ulp, so an entry
+    an ulp below the k-th could be kept there; two ulps apart it cannot.)"""
     k = params.top_k
     if k + 1 > rows.shape[1]:
         return torch.full((rows.shape[0], k), -1.0, device=rows.device)
     vals, ids = torch.topk(rows.float() / params.temperature, k + 1, dim=-1)  # [n, k + 1], largest first
-    ok = torch.isfinite(vals[:, :k]).all(-1) & (vals[:, k] < vals[:, k - 1])
+    above = vals[:, k]
+    for _ in range(GAP_ULPS):  # (-inf stays below any finite k-th value)
+        above = torch.nextafter(above, torch.full_like(above, float("inf")))
+    ok = torch.isfinite(vals[:, :k]).all(-1) & (above <= vals[:, k - 1])
     return torch.where(ok[:, None], ids[:, :k], -1).float()
 
 
@@ -197,8 +205,8 @@ def failed_checks(spans, tokens: list[int], drafts: list[list[int]], kept: dict 
 
 def filtered_turn(seq) -> bool:
     """May a guided sequence with a top-k draw be checked this round (not within the rounds a refusal masks)? Counts
-    the round down where not."""
-    if seq.params.greedy or unfiltered(seq.params) or seq.masked_rounds <= 0:
+    the round down where not (rounds inside a thinking block, unmasked anyway, do not count)."""
+    if seq.params.greedy or unfiltered(seq.params) or seq.masked_rounds <= 0 or not under_grammar(seq):
         return True
     seq.masked_rounds -= 1
     return False
