@@ -28,17 +28,20 @@ class ServerState:
     inflight: int = 0
     max_inflight: int = 0
     reasoning: bool = False  # chat thinking returned apart (server/reasoning.py)
+    defaults: dict | None = None  # the model's sampling defaults for fields a request leaves out (server/defaults.py)
 
 
 def create_app(engine, model_name: str, max_queue: int = 256, aliases: tuple[str, ...] = (),
                reasoning_parser: str | None = None, api_key: str | None = None,
-               trust_templates: bool = False) -> FastAPI:
+               trust_templates: bool = False, sampling_defaults: dict | None = None) -> FastAPI:
     """One app per engine. Requests beyond max_num_seqs running + max_queue waiting get 503. reasoning_parser:
     "qwen3" returns chat thinking as reasoning_content (server/reasoning.py). api_key: required on every route but
-    /health and /metrics (server/auth.py). trust_templates: render a request's own chat_template."""
+    /health and /metrics (server/auth.py). trust_templates: render a request's own chat_template.
+    sampling_defaults: the model's for the fields a request leaves out (server/defaults.py; None: OpenAI's)."""
     metrics = Metrics(engine)
     loop = EngineLoop(engine, metrics)
-    state = ServerState(max_inflight=engine.config.max_num_seqs + max_queue, reasoning=reasoning_parser is not None)
+    state = ServerState(max_inflight=engine.config.max_num_seqs + max_queue, reasoning=reasoning_parser is not None,
+                        defaults=sampling_defaults)
     names = {model_name, *aliases}
 
     @asynccontextmanager
@@ -127,7 +130,7 @@ async def _generate(request: Request, body, prompts: list, kind: str, engine, lo
                     state: ServerState, model_name: str):
     _check_open(state)
     rid = P.new_id("cmpl" if kind == "completions" else "chatcmpl")
-    choices = C.plan(engine, body, prompts, kind, rid, state.reasoning)
+    choices = C.plan(engine, body, prompts, kind, rid, state.reasoning, state.defaults)
     _check_room(state, len(choices))
     state.inflight += len(choices)
     queued = False

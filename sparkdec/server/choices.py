@@ -44,15 +44,17 @@ class Choice:
         return self.logprobs.format(entries) if self.logprobs is not None and entries is not None else None
 
 
-def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = False) -> list[Choice]:
+def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = False,
+         defaults: dict | None = None) -> list[Choice]:
     """Every choice of the request. All prompts are checked (tokenized, sized) before any is queued.
-    With a seed, choice i samples with seed + i, so choice 0 equals the request sent with n = 1."""
+    With a seed, choice i samples with seed + i, so choice 0 equals the request sent with n = 1. defaults: the
+    model's sampling defaults for the fields the request leaves out (server/defaults.py)."""
     keep = body.truncate_prompt_tokens
     ids = [engine.encode_prompt(p, engine.max_model_len - 1 if keep == -1 else keep) for p in prompts]
     out = []
     for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
-        params = _guided_after_thinking(engine, body.sampling_params(default_max), reasoning and kind == "chat")
+        params = _guided_after_thinking(engine, body.sampling_params(default_max, defaults), reasoning and kind == "chat")
         shown = prompt if keep is None else prompt_ids  # (a truncated prompt echoes the tokens it kept)
         echo = _echo_text(engine, shown) if getattr(body, "echo", False) else ""
         for i in range(body.n):

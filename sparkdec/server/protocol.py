@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sparkdec.errors import SparkdecError
 from sparkdec.sampling import SamplingParams
+from sparkdec.server.defaults import pick
 from sparkdec.server.structured import forced_tools, guided_of
 
 
@@ -95,10 +96,11 @@ class _Common(BaseModel):
                                         f"drop the field or send {UNSUPPORTED[name][0]!r}"
                                         f"{UNSUPPORTED_HINTS.get(name, '')}", param=name)
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+    def sampling_params(self, default_max_tokens: int, defaults: dict | None = None) -> SamplingParams:
+        """defaults: the model's sampling defaults (server/defaults.py) for the fields the request leaves out."""
         return SamplingParams(
-            temperature=1.0 if self.temperature is None else self.temperature,
-            top_p=1.0 if self.top_p is None else self.top_p, top_k=self.top_k or 0,
+            temperature=pick(self.temperature, "temperature", defaults), top_p=pick(self.top_p, "top_p", defaults),
+            top_k=pick(self.top_k, "top_k", defaults),
             max_tokens=default_max_tokens if self.max_tokens is None else self.max_tokens,
             seed=self.seed, stop=self.stop, stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos, include_stop_str_in_output=self.include_stop_str_in_output,
@@ -106,8 +108,8 @@ class _Common(BaseModel):
             min_confidence=self.min_confidence, logprobs=self.logprob_count(),
             prompt_logprobs=self.prompt_logprob_count(), logit_bias=self.token_biases(),
             presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
-            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            min_p=self.min_p or 0.0, min_tokens=self.min_tokens or 0, guided=guided_of(self),
+            repetition_penalty=pick(self.repetition_penalty, "repetition_penalty", defaults),
+            min_p=pick(self.min_p, "min_p", defaults), min_tokens=self.min_tokens or 0, guided=guided_of(self),
             bad_words=tuple(self.bad_words or ()), allowed_token_ids=self.allowed_token_ids)
 
     def token_biases(self) -> dict[int, float]:
@@ -209,10 +211,10 @@ class ChatCompletionRequest(_Common):
     def logprob_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+    def sampling_params(self, default_max_tokens: int, defaults: dict | None = None) -> SamplingParams:
         if self.max_tokens is None and self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
-        return super().sampling_params(default_max_tokens)
+        return super().sampling_params(default_max_tokens, defaults)
 
     def template_messages(self) -> list[dict]:
         """The messages as the chat template reads them: text content, and the other fields (tool_calls,

@@ -30,6 +30,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "allocate without bound: only for trusted clients)")
     p.add_argument("--chat-template", help="a Jinja chat template (a file, or the template itself) that replaces "
                                            "the one in the model's tokenizer_config.json")
+    p.add_argument("--generation-config", default="auto",
+                   help="sampling defaults for the fields a request leaves out (temperature, top_p, top_k, min_p, "
+                        "repetition_penalty): auto, the model folder's generation_config.json (vLLM's default); "
+                        "none, OpenAI's (temperature 1, no filters); or a folder or file to read them from")
 
 
 def chat_template(value: str) -> str:
@@ -60,14 +64,17 @@ def served_name(args: argparse.Namespace) -> str:
 
 
 def run_serve(args: argparse.Namespace, engine_kwargs) -> int:
-    from sparkdec.engine.llm_engine import Engine, EngineConfig
+    from sparkdec.engine.llm_engine import DEFAULT_PAIR, Engine, EngineConfig
     from sparkdec.server.app import create_app
+    from sparkdec.server.defaults import load_defaults
 
     if args.max_queue < 0:
         raise SystemExit("sparkdec serve: --max-queue must be >= 0")
     template = chat_template(args.chat_template) if args.chat_template else None
     if args.api_key is not None and not args.api_key.strip():
         raise SystemExit("sparkdec serve: --api-key is empty; pass a key, or leave it out to serve without one")
+    folder = Path(args.model).expanduser() if args.model else DEFAULT_PAIR / "target"
+    defaults, source = load_defaults(args.generation_config, folder)  # (before the weights: a bad file fails fast)
     engine = Engine(EngineConfig(**engine_kwargs(args)))
     if template is not None:
         if engine.tokenizer is None:
@@ -76,11 +83,14 @@ def run_serve(args: argparse.Namespace, engine_kwargs) -> int:
     name = served_name(args)
     aliases = (args.model,) if args.model else ()
     app = create_app(engine, name, max_queue=args.max_queue, aliases=aliases, reasoning_parser=args.reasoning_parser,
-                     api_key=args.api_key, trust_templates=args.trust_request_chat_template)
+                     api_key=args.api_key, trust_templates=args.trust_request_chat_template, sampling_defaults=defaults)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     spec = "speculative" if engine.drafter is not None and engine.config.speculative else "plain"
     log.info("serving %s (%s decoding, %d KV pages of %d tokens, max model len %d)", name, spec,
              engine.blocks.num_pages, engine.config.page_size, engine.max_model_len)
+    if defaults:
+        log.info("sampling defaults from %s for the fields a request leaves out: %s (--generation-config none "
+                 "for OpenAI's)", source, defaults)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=None)
     DrainingServer(config, app.state.server).run()
