@@ -196,6 +196,21 @@ def test_kept_ids_are_a_rows_top_k_or_nothing():
             assert sorted(ids) == row.nonzero().flatten().tolist()
 
 
+def test_kept_reader_reads_each_spans_rows_as_drawn():
+    """processed.kept_reader batches asks with the same temperature and top-k together: each ask's kept ids are its
+    own rows' (processed ones from the processed copies), in ask order."""
+    from sparkdec.spec import processed
+
+    gen = torch.Generator().manual_seed(2)
+    rows, x = torch.randn(9, 50, generator=gen), torch.randn(3, 50, generator=gen)  # x: rows 4-6 processed
+    a, b = SamplingParams(temperature=0.7, top_k=3), SamplingParams(temperature=1.2, top_k=5)
+    asks = [(0, 2, a), (2, 2, b), (4, 3, a), (7, 2, a)]
+    got = processed.kept_reader(asks)(rows, [4, 5, 6], x)
+    want = torch.cat([processed.kept_ids(rows[0:2], a).reshape(-1), processed.kept_ids(rows[2:4], b).reshape(-1),
+                      processed.kept_ids(x, a).reshape(-1), processed.kept_ids(rows[7:9], a).reshape(-1)])
+    assert torch.equal(got, want)
+
+
 def test_a_top_k_rows_check_passes_only_where_masking_draws_the_same(engines):
     """A top-k row whose grammar allows every id it keeps (Matcher.allows with processed.kept_ids) draws the token
     masking it would have drawn; checking the drawn token alone would not do: rows whose drawn token the grammar

@@ -171,11 +171,15 @@ def kept_reader(asks):
     flattened and concatenated [sum n * k], read back with the round's tokens."""
     def kept(rows: torch.Tensor, at, x) -> torch.Tensor:
         where = {r: j for j, r in enumerate(at)} if at else {}
-        out = []
+        groups: dict[tuple, tuple] = {}  # (T, k) -> (its params, its asks' rows): one batch of operations a group
+        place = []  # each ask's (group, first row in it)
         for r0, n, params in asks:
             y = x[where[r0]:where[r0] + n] if r0 in where else rows[r0:r0 + n]  # (a span's rows are processed or not)
-            out.append(kept_ids(y, params).reshape(-1))
-        return torch.cat(out)
+            _, parts = groups.setdefault((params.temperature, params.top_k), (params, []))
+            place.append(((params.temperature, params.top_k), sum(p.shape[0] for p in parts)))
+            parts.append(y)
+        ids = {key: kept_ids(torch.cat(parts), params) for key, (params, parts) in groups.items()}  # [group rows, k]
+        return torch.cat([ids[key][at0:at0 + n].reshape(-1) for (key, at0), (_, n, _) in zip(place, asks)])
     return kept
 
 
