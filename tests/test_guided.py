@@ -772,3 +772,22 @@ def test_grammars_walked_together_give_each_ones_masks(engines, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(late, alone) if a is not None) and len(steps) > 12  # (then alone)
     assert all((a is None and b is None) or torch.equal(a, b) for a, b in
                zip(before, [m.allowed([], 1, "cpu") for m, _, _ in asks]))
+
+
+def test_metrics_count_checked_and_refused_guided_rounds():
+    """/metrics: sparkdec:guided_checks_total and sparkdec:guided_check_refusals_total, the guided rounds checked
+    after the read (here a greedy JSON-schema request) and those the grammar refused."""
+    from fastapi.testclient import TestClient
+
+    from sparkdec.server.app import create_app
+
+    engine = LLM().engine
+    with TestClient(create_app(engine, "tiny")) as client:
+        body = {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0.0,
+                "guided_json": SCHEMA}
+        assert client.post("/v1/completions", json=body).status_code == 200
+        text = client.get("/metrics").text
+    counts = {name: float(re.search(rf"^sparkdec:{name}_total (\S+)$", text, re.M).group(1))
+              for name in ("guided_checks", "guided_check_refusals")}
+    assert counts["guided_checks"] == sum(engine.rounds.guided_checks[:1] + engine.lookahead.guided_checks[:1]) > 0
+    assert counts["guided_check_refusals"] == engine.rounds.guided_checks[1] + engine.lookahead.guided_checks[1]

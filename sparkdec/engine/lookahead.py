@@ -44,6 +44,7 @@ class Lookahead:
         self.pending: PendingStep | None = None
         self._host: list[torch.Tensor] = []  # two readback buffers: step k+1 is queued before step k is read
         self._flip = 0
+        self.guided_checks = [0, 0]  # guided tokens checked as they were committed, and those refused
 
     def takes(self, batch: Batch, speculating) -> bool:
         """Does this batch decode one step ahead (decode-only, plain, every sequence in the pending step; sampled
@@ -138,6 +139,8 @@ class Lookahead:
             return True
         ok = seq.guide.allows([], [token])
         seq.check_failures = processed.failure_share(seq.check_failures, not ok)
+        self.guided_checks[0] += 1
+        self.guided_checks[1] += not ok
         if not ok and self.pending is not None:
             self.pending.refused.add(id(seq))
         return ok

@@ -45,6 +45,7 @@ class Metrics:
         Gauge(PREFIX + "num_requests_waiting", "Requests waiting for a batch slot or KV pages.",
               registry=r).set_function(lambda: len(sched.waiting))
         r.register(_SchedulerCounters(sched))
+        r.register(_GuidedChecks(engine))
         # prompt, generated, draft, accepted and bypassed tokens so far (for server/stats_log.py)
         self.totals = [0, 0, 0, 0, 0]
         for j in range(engine.block_size):  # every position shows up from the start, at 0
@@ -71,6 +72,23 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _GuidedChecks:
+    """Guided rounds (and plain steps ahead) whose tokens were checked against their grammar after the read instead of
+    masked before it (spec/processed.GUIDED_CHECKED), and those the grammar refused (masked again after the read):
+    whether checking pays on this model's outputs."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def collect(self):
+        counts = [a + b for a, b in zip(self.engine.rounds.guided_checks, self.engine.lookahead.guided_checks
+                                        if self.engine.lookahead is not None else (0, 0))]
+        yield CounterMetricFamily(PREFIX + "guided_checks", "Guided rounds whose tokens were checked against their "
+                                  "grammar after the read instead of masked.", value=counts[0])
+        yield CounterMetricFamily(PREFIX + "guided_check_refusals", "Checked guided rounds the grammar refused a "
+                                  "token of (masked and drawn again after the read).", value=counts[1])
 
 
 class _SchedulerCounters:

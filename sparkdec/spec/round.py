@@ -60,6 +60,7 @@ class RoundRunner:
         # benchmarks only: a list that collects (start, proposed, verified) CUDA events per speculative round,
         # the device timeline of the round (the host times above see only when launches return)
         self.device_events: list | None = None
+        self.guided_checks = [0, 0]  # guided rounds checked after the read (processed.checked), and those refused
 
     def _sampled_drafts(self, seq: Sequence) -> bool:
         return self.accept_mode == "rejection" and not seq.params.greedy
@@ -312,6 +313,8 @@ class RoundRunner:
                 tokens = tokens[:len(accept_greedy(argmax[r0:r0 + n], ver))]
             if processed.checked(seq) and self.simulate is None:
                 seq.check_failures = processed.failure_share(seq.check_failures, id(seq) in failed)
+                self.guided_checks[0] += 1
+                self.guided_checks[1] += id(seq) in failed
                 if processed.keeps_checked(seq):
                     processed.note_filtered_check(seq, id(seq) in failed)
             s = seq.anchor_position
