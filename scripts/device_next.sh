@@ -73,9 +73,10 @@
 # checked after the read (processed.GUIDED_CHECKED; plain guided decoding one step ahead; their GPU tests are in 64:
 # test_bf16_guided_decoding, test_lookahead_equals_ordinary_rounds_with_graphs). Next: 64, 65,
 # then 1 and 25.
-# Session 46: no machine could be started either (every attempt refused or failed); it checked top-k guided draws
-# instead of masking them (processed.FILTERED_CHECKED; its GPU tests, the kernel sampler's ulp and the bf16 guided
-# test with a top-k request, are in 64). Next: 64, 65, then 1 and 25.
+# Session 46: no H200 could be started; late in the session an H100 ran 64 (6 GPU tests passed; 4B at 1k 85.1% of
+# that machine's floor: *_h100_*_session46.json) and 11 core GPU tests (passed). It checked top-k guided draws
+# instead of masking them (processed.FILTERED_CHECKED; its GPU tests passed in 64). Next, on an H200: 64's bench
+# (the 80% target), 65, then 1 and 25.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
