@@ -34,17 +34,17 @@ GUIDED_ON_DEVICE = True
 # allows that (masking only lowers other logits), so the tokens are the same (the CPU's race divides normalised
 # probabilities, whose last bits move with the mask: a near tie there could go the other way); a grammar's masks,
 # filled over the whole vocabulary for every verify row, are the host cost of guided rounds at a Qwen3-sized
-# vocabulary (grammar_walk_cost_*). Filtered draws are masked (the kept set moves with the mask), but for a top-k
-# one's, checked (FILTERED_CHECKED below). Like an unguided
-# row, a checked row is not scanned for NaN or +inf (a masked one is, and fails its request; a NaN row's argmax is no
-# token, which fails the check). False: masked like the others.
+# vocabulary (grammar_walk_cost_*). Filtered draws are masked (the kept set moves with the mask), except top-k ones
+# (FILTERED_CHECKED below). Like an unguided row, a checked row is not scanned for NaN or +inf (a masked one is, and
+# fails its request; a NaN row's argmax is no token, which fails the check). False: masked like the others.
 GUIDED_CHECKED = True
 # True: sampled guided rows drawn with a top-k of at most TOPK_CHECKED (any top-p; no min_p) are checked too: where the
 # grammar allows every token their unmasked top-k keeps (kept_ids: read back with the round's tokens), the masked row
 # keeps the same tokens with the same numbers (a mask only sets refused ones to -inf), so its top-p and race give the
 # same token. (Checking the drawn token alone would not do: test_guided.py finds rows whose drawn token is allowed
-# and whose masked draw is another.) A refusal masks the sequence's next 1, 2, 4 .. 16 rounds before the read (note_filtered_check), since a
-# failed check costs a mask after the read, not overlapped with the device. False: such rows are masked.
+# and whose masked draw is another.) A refusal masks the sequence's next 1, 2, 4 .. 16 rounds before the read
+# (note_filtered_check), since a failed check costs a mask after the read, not overlapped with the device. False:
+# such rows are masked.
 FILTERED_CHECKED, TOPK_CHECKED, MAX_BACKOFF = True, 64, 16
 GAP_ULPS = 2  # how far below a row's k-th value of x / T the next must be for kept_ids to read its kept ids
 
