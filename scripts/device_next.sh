@@ -353,7 +353,8 @@ elif [ "$1" = 59 ]; then  # (sessions 40-41) the serving features' GPU tests wit
 elif [ "$1" = 64 ]; then  # (session 45) sessions 43-44's GPU tests in one call, then the 4B bench at 1k
   python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
   timeout 280 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --durations=8 \
-    -k "logit_processing or guided_decoding or lookahead or sampled or bypass or top_k_check" > $OUT/gpu_tests_64.txt 2>&1
+    -k "logit_processing or guided_decoding or lookahead or sampled or bypass or top_k_check" \
+    > $OUT/gpu_tests_64.txt 2>&1
   grep -E "passed|failed|^E  |^FAILED" $OUT/gpu_tests_64.txt | head -12
   timeout 220 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"

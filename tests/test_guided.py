@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -204,7 +205,7 @@ def test_kept_reader_reads_each_spans_rows_as_drawn():
     gen = torch.Generator().manual_seed(2)
     rows, x = torch.randn(9, 50, generator=gen), torch.randn(3, 50, generator=gen)  # x: rows 4-6 processed
     a, b = SamplingParams(temperature=0.7, top_k=3), SamplingParams(temperature=1.2, top_k=5)
-    asks = [(0, 2, a), (2, 2, b), (4, 3, a), (7, 2, a)]
+    asks = [(SimpleNamespace(params=p), r0, n) for r0, n, p in [(0, 2, a), (2, 2, b), (4, 3, a), (7, 2, a)]]
     got = processed.kept_reader(asks)(rows, [4, 5, 6], x)
     want = torch.cat([processed.kept_ids(rows[0:2], a).reshape(-1), processed.kept_ids(rows[2:4], b).reshape(-1),
                       processed.kept_ids(x, a).reshape(-1), processed.kept_ids(rows[7:9], a).reshape(-1)])

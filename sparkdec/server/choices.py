@@ -54,7 +54,8 @@ def plan(engine, body, prompts: list, kind: str, rid: str, reasoning: bool = Fal
     out = []
     for p, (prompt, prompt_ids) in enumerate(zip(prompts, ids)):
         default_max = 16 if kind == "completions" else max(engine.max_model_len - len(prompt_ids), 1)
-        params = _guided_after_thinking(engine, body.sampling_params(default_max, defaults), reasoning and kind == "chat")
+        params = body.sampling_params(default_max, defaults)
+        params = _guided_after_thinking(engine, params, reasoning and kind == "chat")
         shown = prompt if keep is None else prompt_ids  # (a truncated prompt echoes the tokens it kept)
         echo = _echo_text(engine, shown) if getattr(body, "echo", False) else ""
         for i in range(body.n):

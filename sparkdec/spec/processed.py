@@ -150,8 +150,8 @@ def keeps_checked(seq) -> bool:
 
 def kept_ids(rows: torch.Tensor, params) -> torch.Tensor:
     """rows [n, V] (as drawn: processed where they are) -> [n, k] float32: the ids top-k keeps in each row (the k
-    largest x / T), or -1 throughout a row where the k-th and the next are not GAP_ULPS apart or fewer than k are finite:
-    such a row fails its check and is masked. (The cut compares x / T with the k-th largest, sampling.top_k_floor; on
+    largest x / T), or -1 throughout a row where the k-th and the next are not GAP_ULPS apart or fewer than k are
+    finite: such a row fails its check and is masked. (The cut compares x / T with the k-th largest, sampling.top_k_floor; on
     CUDA the kernel sampler divides with div_rn where torch multiplies by 1 / T, which can differ by an ulp, so an entry
     an ulp below the k-th could be kept there; two ulps apart it cannot.)"""
     k = params.top_k
@@ -166,28 +166,29 @@ def kept_ids(rows: torch.Tensor, params) -> torch.Tensor:
 
 
 def kept_reader(asks):
-    """asks: (first logit row, rows, params) of the keeps_checked sequences -> kept(rows, at, x) for ModelRunner.verify:
+    """asks: (seq, first logit row, rows) of the keeps_checked sequences -> kept(rows, at, x) for ModelRunner.verify:
     rows [R, V] of the logit rows, at / x the rows processed and their values (or None) -> each ask's kept_ids
     flattened and concatenated [sum n * k], read back with the round's tokens."""
     def kept(rows: torch.Tensor, at, x) -> torch.Tensor:
         where = {r: j for j, r in enumerate(at)} if at else {}
         groups: dict[tuple, tuple] = {}  # (T, k) -> (its params, its asks' rows): one batch of operations a group
         place = []  # each ask's (group, first row in it)
-        for r0, n, params in asks:
+        for seq, r0, n in asks:
             y = x[where[r0]:where[r0] + n] if r0 in where else rows[r0:r0 + n]  # (a span's rows are processed or not)
-            _, parts = groups.setdefault((params.temperature, params.top_k), (params, []))
-            place.append(((params.temperature, params.top_k), sum(p.shape[0] for p in parts)))
+            key = (seq.params.temperature, seq.params.top_k)
+            _, parts = groups.setdefault(key, (seq.params, []))
+            place.append((key, sum(p.shape[0] for p in parts)))
             parts.append(y)
         ids = {key: kept_ids(torch.cat(parts), params) for key, (params, parts) in groups.items()}  # [group rows, k]
-        return torch.cat([ids[key][at0:at0 + n].reshape(-1) for (key, at0), (_, n, _) in zip(place, asks)])
+        return torch.cat([ids[key][at0:at0 + n].reshape(-1) for (key, at0), (_, _, n) in zip(place, asks)])
     return kept
 
 
 def kept_lists(asks, flat: list) -> dict[int, list[list[int]]]:
-    """kept_reader's values read back -> id(seq) -> each row's kept ids (asks: seq, first logit row, rows, params)."""
+    """kept_reader's values read back -> id(seq) -> each row's kept ids (asks: seq, first logit row, rows)."""
     out, at = {}, 0
-    for seq, _, n, params in asks:
-        k = params.top_k
+    for seq, _, n in asks:
+        k = seq.params.top_k
         out[id(seq)] = [[int(t) for t in flat[at + j * k:at + (j + 1) * k]] for j in range(n)]
         at += n * k
     return out

@@ -287,8 +287,8 @@ class RoundRunner:
                      for (seq, r0, n, i), on in zip(spans, on_device) if on]
         process = processed.device_processing(dev_spans, self._guided_drafts(spans, on_device, drafts_dev)) \
             if dev_spans else None
-        kept_asks = [(seq, r0, n, seq.params) for seq, r0, n, _ in spans if processed.keeps_checked(seq)]
-        kept = processed.kept_reader([a[1:] for a in kept_asks]) if kept_asks and drawn else None
+        kept_asks = [(seq, r0, n) for seq, r0, n, _ in spans if processed.keeps_checked(seq)]
+        kept = processed.kept_reader(kept_asks) if kept_asks and drawn else None
         logits, host = self.runner.verify(pieces, logit_rows, fill, readback, prompt_from, mark, ahead,
                                           draws if drawn else None, process, kept)
         argmax = host[0]
