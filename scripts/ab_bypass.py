@@ -36,6 +36,13 @@ def run(llm, prompts, params, concurrency: int) -> tuple[list, float, int]:
     return outs, time.perf_counter() - t, sum(o.stats.get("bypassed_tokens", 0) for o in outs)
 
 
+def bypass_costs(bypass) -> dict:
+    """What the bypass's choices rested on: its timed forward ms by token count, propose ms by sequence count, and
+    the ratios of real step times to them (plain steps, speculating steps)."""
+    return {"forward_ms": bypass.costs.forward_points, "propose_ms": bypass.costs.propose_points,
+            "ratio_plain": bypass.ratio[False], "ratio_spec": bypass.ratio[True]}
+
+
 def main(out_path: str, device: str = "cpu") -> None:
     results = {}
     for concurrency in (1, 4):
@@ -61,6 +68,8 @@ def main(out_path: str, device: str = "cpu") -> None:
             print(f"{case} c={concurrency}: plain {row['plain']['tokens_per_s']:.0f}, spec "
                   f"{row['spec']['tokens_per_s']:.0f}, bypass {row['bypass']['tokens_per_s']:.0f} tokens/s "
                   f"({row['bypass']['bypassed_tokens']} bypassed), same tokens {same}", flush=True)
+        results[f"bypass_costs_c{concurrency}"] = costs = bypass_costs(llms["bypass"].engine.bypass)
+        print(f"c={concurrency} bypass costs: {costs}", flush=True)
     record = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'x86_64'})",
               "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(), "command": " ".join(["python"] + sys.argv),
               "config": {"pair": "shipped tiny", "max_tokens": MAX_TOKENS, "torch_threads": torch.get_num_threads(), "passes": PASSES,

@@ -363,6 +363,10 @@ elif [ "$1" = 65 ]; then  # (session 45) the bypass's and the one-read guided pa
   timeout 330 python scripts/ab_bypass.py $OUT/bypass_ab_h200_tiny.json cuda 2>&1 | tail -6
   timeout 150 python scripts/ab_guided_drafts.py $OUT/guided_on_device_ab_h200_tiny.json cuda ondevice 2>&1 | tail -4
   timeout 100 python scripts/grammar_walk_cost.py $OUT/grammar_walk_cost_h200host.json 151936 2>&1 | tail -3
+elif [ "$1" = 66 ]; then  # (session 47) the 4B bench at 1k and 8k, then the bypass's A/B with what its choices rested on
+  timeout 220 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
+    --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
+  timeout 300 python scripts/ab_bypass.py $OUT/bypass_ab_diag.json cuda 2>&1 | tail -9
 elif [ "$1" = 61 ]; then  # (staged in session 43) processed rows on the device: tests, then the 4B A/B
   python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
   timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
