@@ -162,3 +162,24 @@ def test_one_step_says_little_of_the_ratio():
     chooser.choose([seq], [seq], lambda s: 7)
     chooser.timed(0.0)
     assert chooser.ratio[False] == bypass.RATIO_RANGE[0] and chooser.predicted is None
+
+
+def test_plain_steps_are_timed_before_they_are_judged():
+    """Until a plain step has been timed, a batch past its probes runs EXPLORE_STEPS plain steps (no backoff): a plain
+    step one step ahead can take far less than its forward's timing, which the rounds' ratio does not tell. Found
+    fast, plain steps win where the rounds' ratio alone would keep speculating; found slow, speculation goes on."""
+    def run(plain_ms: float) -> set:
+        chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
+        seq = _seq(3.0)  # 3 tokens in a 20 ms round against 1 in a 10 ms plain step
+        chooser.ratio[True] = 1.0  # (rounds took what their costs said)
+        for _ in range(bypass.EXPLORE_STEPS):
+            assert chooser.choose([seq], [seq], lambda s: 7) == set() and chooser.predicted == (False, 10.0)
+        assert seq.bypass.aside_until is None and chooser.ratio[False] is None  # (no step timed: none more explored)
+        chooser.timed(plain_ms)
+        return chooser.choose([seq], [seq], lambda s: 7)
+    assert run(5.0) == set()  # 1 token in 5 ms beats 3 in 20 by more than MARGIN
+    assert run(12.0) != set()
+    chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
+    probing = _seq(3.0)
+    probing.bypass.window = []  # (a sequence still probing speculates: no plain step to time)
+    assert chooser.choose([probing], [probing], lambda s: 7) == {id(probing)} and chooser.explored == 0

@@ -1,10 +1,10 @@
 """Speculation that steps aside where it does not pay: on text the drafter predicts badly, or in a batch large enough
 that verifying drafts costs more than they return. Each sequence's tokens per round are measured over a probe of a
 few rounds, then followed (the mean of its recent rounds); each round speculates for the sequences whose drafts are
-expected to raise the batch's tokens per second, by the timed cost of the propose (by sequence count) and of the forward (by
-token count), each scaled by how the engine's real steps compared with it; the others decode plainly and are probed
-again after a backoff that doubles while speculation keeps losing. The tokens are the same either way: speculative
-output equals plain output."""
+expected to raise the batch's tokens per second, by the timed cost of the propose (by sequence count) and of the
+forward (by token count), each scaled by how the engine's real steps compared with it (until a plain step has been
+timed, a few are run to time them); the others decode plainly and are probed again after a backoff that doubles while
+speculation keeps losing. The tokens are the same either way: speculative output equals plain output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,6 +19,9 @@ MAX_BACKOFF = 1024
 MARGIN = 1.25  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
 STEP_ALPHA = 0.1  # the weight of a step in the ratio of real step times to the timed costs
 RATIO_RANGE = (0.5, 4.0)  # what one step may say of that ratio
+# plain steps run once, while none has been timed, for a batch past its probes: a plain step one step ahead can take
+# far less than its forward's timing (its host work overlaps the device's), which a round's ratio does not tell
+EXPLORE_STEPS = 4
 
 
 @dataclass
@@ -93,6 +96,7 @@ class Bypass:
         # and propose leave out: scheduling, sampling, commits); None until such a step was timed
         self.ratio: dict[bool, float | None] = {False: None, True: None}
         self.predicted: tuple[bool, float] | None = None  # (speculates, ms) of the step choose last chose
+        self.explored = 0  # plain steps chosen to time them (EXPLORE_STEPS)
 
     def choose(self, batch: list, eligible: list, ell, always: list = ()) -> set[int] | None:
         """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
@@ -110,6 +114,9 @@ class Bypass:
         if not self.costs.ready(len(batch) + sum(drafts.values()), len(drafts)):
             return None if optional else {id(s) for s in must}
         optional.sort(key=lambda s: -s.bypass.tokens_per_round)
+        if self._explores(must, optional):
+            self.predicted = (False, self._ms(len(batch), 0, 0))
+            return set()
         keep = self._best(len(batch), must, optional, drafts)
         for seq in optional[keep:]:
             _set_aside(seq)
@@ -118,6 +125,16 @@ class Bypass:
         chosen = must + optional[:keep]
         self.predicted = (bool(chosen), self._ms(len(batch), len(chosen), sum(drafts[id(s)] for s in chosen)))
         return {id(s) for s in chosen}
+
+    def _explores(self, must: list, optional: list) -> bool:
+        """Is this step one of the plain steps run to time them (no plain step timed yet, none of the batch probing or
+        speculating every round)? Its sequences keep their state: no backoff."""
+        if not self.calibrate or self.ratio[False] is not None or must or not optional:
+            return False
+        if self.explored >= EXPLORE_STEPS:
+            return False
+        self.explored += 1
+        return True
 
     def timed(self, ms: float) -> None:
         """The wall-clock ms of the step choose last chose (decode rows only), into the ratio of its kind (each
@@ -166,7 +183,8 @@ def _expected(seq) -> float:
 
 
 def observe(seq) -> BypassState:
-    """The sequence's state, with what came since it was last seen: its rounds' tokens into its window, or the tokens it decoded plainly while set aside into its SpecStats.bypassed_tokens."""
+    """The sequence's state, with what came since it was last seen: its rounds' tokens into its window, or the tokens
+    it decoded plainly while set aside into its SpecStats.bypassed_tokens."""
     st = seq.bypass = seq.bypass or BypassState(seen=(seq.spec.rounds, seq.spec.accepted_tokens, len(seq.output_ids)))
     rounds, accepted, out = seq.spec.rounds - st.seen[0], seq.spec.accepted_tokens - st.seen[1], len(seq.output_ids)
     if rounds:  # (one round a step: a choice comes before each)
