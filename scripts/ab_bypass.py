@@ -38,9 +38,10 @@ def run(llm, prompts, params, concurrency: int) -> tuple[list, float, int]:
 
 def bypass_costs(bypass) -> dict:
     """What the bypass's choices rested on: its timed forward ms by token count, propose ms by sequence count, and
-    the ratios of real step times to them (plain steps, speculating steps)."""
+    the ratios of real step times to them by kind of step."""
     return {"forward_ms": bypass.costs.forward_points, "propose_ms": bypass.costs.propose_points,
-            "ratio_plain": bypass.ratio[False], "ratio_spec": bypass.ratio[True]}
+            "ratios": {f"{'spec' if s else 'plain'}_{'sampled' if d else 'greedy'}": r
+                       for (s, d), r in bypass.ratio.items()}}
 
 
 def main(out_path: str, device: str = "cpu") -> None:

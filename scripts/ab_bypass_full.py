@@ -12,6 +12,7 @@ import sys
 import time
 
 import torch
+from ab_bypass import bypass_costs  # (scripts/: this script's folder)
 
 from sparkdec.bench import provenance
 from sparkdec.bench.kernels import sync
@@ -70,8 +71,7 @@ def main(out_path: str) -> None:
                   f"{stats['spec']['tokens_per_s']:.1f}, bypass {stats['bypass']['tokens_per_s']:.1f} tokens/s "
                   f"({stats['bypass']['rounds']} rounds, {stats['bypass']['bypassed_tokens']} bypassed), "
                   f"same tokens {same}", flush=True)
-    costs = {"forward_ms": bypass.costs.forward_points, "propose_ms": bypass.costs.propose_points,
-             "ratio_plain": bypass.ratio[False], "ratio_spec": bypass.ratio[True]}
+    costs = bypass_costs(bypass)
     print("bypass costs:", costs)
     record = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(),
               "command": " ".join(["python"] + sys.argv),

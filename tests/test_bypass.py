@@ -76,9 +76,10 @@ def test_drafts_that_pay_keep_every_round(plain):
     assert all(o.stats["bypassed_tokens"] == 0 for o in got)
 
 
-def _seq(tokens_per_round: float, drafts: int = 7):
+def _seq(tokens_per_round: float, drafts: int = 7, greedy: bool = True):
     st = bypass.BypassState(window=[tokens_per_round] * bypass.PROBE_ROUNDS, seen=(0, 0, 10))
-    return SimpleNamespace(spec=SpecStats(block_size=7), output_ids=[1] * 10, bypass=st, drafts=drafts)
+    return SimpleNamespace(spec=SpecStats(block_size=7), output_ids=[1] * 10, bypass=st, drafts=drafts,
+                           params=SimpleNamespace(greedy=greedy))
 
 
 def test_the_sequences_whose_drafts_pay_most_speculate():
@@ -117,13 +118,13 @@ def test_real_steps_scale_the_costs():
     def choose(tokens_per_round: float) -> bool:
         seq = _seq(tokens_per_round)
         return bool(chooser.choose([seq], [seq], lambda s: 7))
-    assert not choose(1.5) and chooser.predicted == (False, 10.0)  # 1 token in 10 ms beats 1.5 in 20
+    assert not choose(1.5) and chooser.predicted == ((False, False), 10.0)  # 1 token in 10 ms beats 1.5 in 20
     chooser.timed(15.0)  # a plain step takes 15 ms where its forward took 10
-    assert chooser.ratio == {False: 1.5, True: None}
+    assert chooser.ratio[False, False] == 1.5 and chooser.ratio[True, False] is None
     assert not choose(1.5)  # (rounds scaled as plain steps until one is timed)
-    assert choose(4.0) and chooser.predicted == (True, 20.0)
+    assert choose(4.0) and chooser.predicted == ((True, False), 20.0)
     chooser.timed(22.0)
-    assert chooser.ratio[True] == pytest.approx(1.1)
+    assert chooser.ratio[True, False] == pytest.approx(1.1)
     assert choose(1.5)  # 1.5 tokens in 22 ms beats 1 in 15
 
 
@@ -161,25 +162,42 @@ def test_one_step_says_little_of_the_ratio():
     seq = _seq(1.5)
     chooser.choose([seq], [seq], lambda s: 7)
     chooser.timed(0.0)
-    assert chooser.ratio[False] == bypass.RATIO_RANGE[0] and chooser.predicted is None
+    assert chooser.ratio[False, False] == bypass.RATIO_RANGE[0] and chooser.predicted is None
 
 
 def test_plain_steps_are_timed_before_they_are_judged():
-    """Until a plain step has been timed, a batch past its probes runs EXPLORE_STEPS plain steps (no backoff): a plain
-    step one step ahead can take far less than its forward's timing, which the rounds' ratio does not tell. Found
-    fast, plain steps win where the rounds' ratio alone would keep speculating; found slow, speculation goes on."""
+    """Until a plain step of a batch's sampling has been timed, a batch past its probes runs EXPLORE_STEPS plain steps
+    (no backoff): a plain step one step ahead can take far less than its forward's timing, which the rounds' ratio
+    does not tell. Found fast, plain steps win where the rounds' ratio alone would keep speculating; found slow,
+    speculation goes on. Greedy and sampled steps are timed apart (a sampled step's sampler costs what a greedy one's
+    argmax does not), and a kind not timed borrows its sampling twin's ratio."""
+    def explore(chooser, seq, plain_ms: float) -> None:
+        for _ in range(bypass.EXPLORE_STEPS):
+            assert chooser.choose([seq], [seq], lambda s: 7) == set()
+            assert chooser.predicted == ((False, not seq.params.greedy), 10.0)
+        assert seq.bypass.aside_until is None  # (no step timed: none more explored)
+        chooser.timed(plain_ms)
+
     def run(plain_ms: float) -> set:
         chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
         seq = _seq(3.0)  # 3 tokens in a 20 ms round against 1 in a 10 ms plain step
-        chooser.ratio[True] = 1.0  # (rounds took what their costs said)
-        for _ in range(bypass.EXPLORE_STEPS):
-            assert chooser.choose([seq], [seq], lambda s: 7) == set() and chooser.predicted == (False, 10.0)
-        assert seq.bypass.aside_until is None and chooser.ratio[False] is None  # (no step timed: none more explored)
-        chooser.timed(plain_ms)
+        chooser.ratio[True, False] = 1.0  # (rounds took what their costs said)
+        explore(chooser, seq, plain_ms)
         return chooser.choose([seq], [seq], lambda s: 7)
     assert run(5.0) == set()  # 1 token in 5 ms beats 3 in 20 by more than MARGIN
     assert run(12.0) != set()
     chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
+    chooser.ratio[True, False] = chooser.ratio[True, True] = 1.0
+    explore(chooser, _seq(3.0), 5.0)  # greedy plain steps are fast ...
+    sampled = _seq(3.0, greedy=False)
+    explore(chooser, sampled, 12.0)  # ... sampled ones are not
+    assert chooser.ratio[False, False] == 0.5 and chooser.ratio[False, True] == 1.2
+    assert chooser.choose([sampled], [sampled], lambda s: 7) == {id(sampled)}
+    greedy = _seq(3.0)
+    assert chooser.choose([greedy], [greedy], lambda s: 7) == set()
+    chooser.ratio[False, True] = None
+    assert chooser._ratio(False, True) == 0.5 and chooser._ratio(True, True) == 1.0  # (its twin's; its own)
     probing = _seq(3.0)
     probing.bypass.window = []  # (a sequence still probing speculates: no plain step to time)
-    assert chooser.choose([probing], [probing], lambda s: 7) == {id(probing)} and chooser.explored == 0
+    fresh = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
+    assert fresh.choose([probing], [probing], lambda s: 7) == {id(probing)} and fresh.explored == {False: 0, True: 0}

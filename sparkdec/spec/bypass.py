@@ -2,9 +2,10 @@
 that verifying drafts costs more than they return. Each sequence's tokens per round are measured over a probe of a
 few rounds, then followed (the mean of its recent rounds); each round speculates for the sequences whose drafts are
 expected to raise the batch's tokens per second, by the timed cost of the propose (by sequence count) and of the
-forward (by token count), each scaled by how the engine's real steps compared with it (until a plain step has been
-timed, a few are run to time them); the others decode plainly and are probed again after a backoff that doubles while
-speculation keeps losing. The tokens are the same either way: speculative output equals plain output."""
+forward (by token count), each scaled by how the engine's real steps of its kind (plain or speculating, greedy or
+sampled) compared with it (until a plain step of a kind has been timed, a few are run to time them); the others
+decode plainly and are probed again after a backoff that doubles while speculation keeps losing. The tokens are the
+same either way: speculative output equals plain output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,8 +20,10 @@ MAX_BACKOFF = 1024
 MARGIN = 1.25  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
 STEP_ALPHA = 0.1  # the weight of a step in the ratio of real step times to the timed costs
 RATIO_RANGE = (0.5, 4.0)  # what one step may say of that ratio
-# plain steps run once, while none has been timed, for a batch past its probes: a plain step one step ahead can take
-# far less than its forward's timing (its host work overlaps the device's), which a round's ratio does not tell
+# plain steps run once for a batch past its probes while no plain step of its sampling (greedy, or a row sampled) has
+# been timed: one step ahead a plain step can take far less than its forward's timing (its host work overlaps the
+# device's), which a round's ratio does not tell; and a sampled step's sampler is host and device work a greedy one
+# has not
 EXPLORE_STEPS = 4
 
 
@@ -92,11 +95,12 @@ class Bypass:
     def __init__(self, costs, calibrate: bool = True):
         self.costs = costs  # forward_ms(tokens), propose_ms(seqs), ready(tokens, seqs), measure(tokens, seqs)
         self.calibrate = calibrate  # False: the costs as they are (tests: choices that follow given costs exactly)
-        # real step ms / the costs' ms, for plain steps and for steps that speculate (host work the timed forward
-        # and propose leave out: scheduling, sampling, commits); None until such a step was timed
-        self.ratio: dict[bool, float | None] = {False: None, True: None}
-        self.predicted: tuple[bool, float] | None = None  # (speculates, ms) of the step choose last chose
-        self.explored = 0  # plain steps chosen to time them (EXPLORE_STEPS)
+        # real step ms / the costs' ms by kind of step, (speculates, sampled: a row of the batch is not greedy):
+        # host work the timed forward and propose leave out (scheduling, sampling, commits); None until such a step
+        # was timed
+        self.ratio: dict[tuple[bool, bool], float | None] = {(s, d): None for s in (False, True) for d in (False, True)}
+        self.predicted: tuple[tuple[bool, bool], float] | None = None  # (kind, ms) of the step choose last chose
+        self.explored = {False: 0, True: 0}  # plain steps chosen to time them (EXPLORE_STEPS), by sampled
 
     def choose(self, batch: list, eligible: list, ell, always: list = ()) -> set[int] | None:
         """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
@@ -114,26 +118,28 @@ class Bypass:
         if not self.costs.ready(len(batch) + sum(drafts.values()), len(drafts)):
             return None if optional else {id(s) for s in must}
         optional.sort(key=lambda s: -s.bypass.tokens_per_round)
-        if self._explores(must, optional):
-            self.predicted = (False, self._ms(len(batch), 0, 0))
+        sampled = any(not s.params.greedy for s in batch)
+        if self._explores(must, optional, sampled):
+            self.predicted = ((False, sampled), self._ms(len(batch), 0, 0))
             return set()
-        keep = self._best(len(batch), must, optional, drafts)
+        keep = self._best(len(batch), must, optional, drafts, sampled)
         for seq in optional[keep:]:
             _set_aside(seq)
         for seq in optional[:keep]:
             seq.bypass.reprobed, seq.bypass.backoff = False, FIRST_BACKOFF  # (its probe paid)
         chosen = must + optional[:keep]
-        self.predicted = (bool(chosen), self._ms(len(batch), len(chosen), sum(drafts[id(s)] for s in chosen)))
+        self.predicted = ((bool(chosen), sampled), self._ms(len(batch), len(chosen),
+                                                            sum(drafts[id(s)] for s in chosen)))
         return {id(s) for s in chosen}
 
-    def _explores(self, must: list, optional: list) -> bool:
-        """Is this step one of the plain steps run to time them (no plain step timed yet, none of the batch probing or
-        speculating every round)? Its sequences keep their state: no backoff."""
-        if not self.calibrate or self.ratio[False] is not None or must or not optional:
+    def _explores(self, must: list, optional: list, sampled: bool) -> bool:
+        """Is this step one of the plain steps run to time them (no plain step of its kind timed yet, none of the batch
+        probing or speculating every round)? Its sequences keep their state: no backoff."""
+        if not self.calibrate or self.ratio[False, sampled] is not None or must or not optional:
             return False
-        if self.explored >= EXPLORE_STEPS:
+        if self.explored[sampled] >= EXPLORE_STEPS:
             return False
-        self.explored += 1
+        self.explored[sampled] += 1
         return True
 
     def timed(self, ms: float) -> None:
@@ -147,30 +153,34 @@ class Bypass:
             self.ratio[kind] = now if old is None else (1 - STEP_ALPHA) * old + STEP_ALPHA * now
         self.predicted = None
 
-    def _best(self, b: int, must: list, optional: list, drafts: dict) -> int:
+    def _best(self, b: int, must: list, optional: list, drafts: dict, sampled: bool) -> int:
         """How many of optional (by expected tokens per round, highest first) speculate: the most tokens per second
         for the batch of b sequences; all of them unless fewer are expected to be faster by MARGIN."""
         tokens = sum(_expected(s) for s in must) + b - len(must)  # expected tokens of the step
         rows = sum(drafts[id(s)] for s in must)  # its draft rows
-        rates = [self._rate(b, len(must), rows, tokens)]
+        rates = [self._rate(b, len(must), rows, tokens, sampled)]
         for k, seq in enumerate(optional, 1):
             tokens, rows = tokens + seq.bypass.tokens_per_round - 1, rows + drafts[id(seq)]
-            rates.append(self._rate(b, len(must) + k, rows, tokens))
+            rates.append(self._rate(b, len(must) + k, rows, tokens, sampled))
         best = max(range(len(rates)), key=lambda k: (rates[k], k))
         return best if rates[best] > MARGIN * rates[-1] else len(optional)
 
-    def _rate(self, b: int, spec: int, rows: int, tokens: float) -> float:
+    def _rate(self, b: int, spec: int, rows: int, tokens: float, sampled: bool) -> float:
         """Expected tokens per ms of a step of b sequences where spec of them speculate with rows drafts in all."""
-        return tokens / (self._ms(b, spec, rows) * self._ratio(spec > 0))
+        return tokens / (self._ms(b, spec, rows) * self._ratio(spec > 0, sampled))
 
     def _ms(self, b: int, spec: int, rows: int) -> float:
         """The timed costs' ms of that step."""
         return self.costs.forward_ms(b + rows) + (self.costs.propose_ms(spec) if spec else 0.0)
 
-    def _ratio(self, speculates: bool) -> float:
-        """Real step time over the costs' for this kind of step (the other kind's until one was timed)."""
-        own, other = self.ratio[speculates], self.ratio[not speculates]
-        return own if own is not None else other if other is not None else 1.0
+    def _ratio(self, speculates: bool, sampled: bool) -> float:
+        """Real step time over the costs' for this kind of step; until one was timed, the same step's with the other
+        sampling's, else the other step's (its sampling's first), else 1."""
+        for kind in ((speculates, sampled), (speculates, not sampled), (not speculates, sampled),
+                     (not speculates, not sampled)):
+            if self.ratio[kind] is not None:
+                return self.ratio[kind]
+        return 1.0
 
 
 def _expected(seq) -> float:
