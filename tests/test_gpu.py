@@ -749,7 +749,7 @@ def test_bf16_guided_decoding_equal_with_speculation_on_and_off():
     """Guided decoding (sparkdec/guided.py: JSON schema, regex, choice, a regex after a thinking block the prompt
     opened) masks graphed bf16 verify rows after the drafts before them, on the device before the round's one read
     (processed.GUIDED_ON_DEVICE), or checks greedy rows' tokens, and a top-k draw's kept ids, after it (GUIDED_CHECKED,
-    FILTERED_CHECKED): plain decoding's tokens
+    FILTERED_CHECKED; plain decoding one step ahead, the top-k one too): plain decoding's tokens
     and those of every row masked, before the read or after it, greedy and sampled, and the outputs follow their
     guides."""
     pytest.importorskip("xgrammar")

@@ -274,25 +274,35 @@ def test_top_k_guided_draws_are_checked_not_masked(engines, monkeypatch):
 
 
 def test_checked_plain_decoding_goes_one_step_ahead(engines, monkeypatch):
-    """Plain guided decoding whose tokens are checked (greedy, an unfiltered draw) goes one step ahead once its
-    grammar has allowed its tokens a few rounds running (processed.chains_checked); a token the grammar refuses
-    there is not committed, the step queued after it is thrown away and the round computes the row again, masked.
-    The same tokens as decoding without the step ahead and as masking every row."""
+    """Plain guided decoding whose tokens are checked (greedy, an unfiltered draw, a top-k draw with the ids it keeps)
+    goes one step ahead once its grammar has allowed its tokens a few rounds running (processed.chains_checked); a
+    token the grammar refuses there (or an id a top-k kept) is not committed, the step queued after it is thrown away
+    and the round computes the row again, masked. The same tokens as decoding without the step ahead and as masking
+    every row."""
     from sparkdec.engine.lookahead import Lookahead
     from sparkdec.spec import processed
 
     ahead = engines["plain"]
     look = ahead.engine.lookahead
-    taken, refused = [], []
+    taken, refused, kept = [], [], []
     takes, allowed = look.takes, Lookahead._allowed
-    monkeypatch.setattr(look, "takes", lambda batch, *a: (taken.append(any(s.guide for s in batch.decode))
+    monkeypatch.setattr(look, "takes", lambda batch, *a: (taken.append(tuple(s.params.top_k for s in batch.decode
+                                                                             if s.guide))
                                                          if (ok := takes(batch, *a)) else None) or ok)
-    monkeypatch.setattr(Lookahead, "_allowed", lambda self, seq, t: allowed(self, seq, t) or refused.append(t))
-    prompts = ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n', "The answer is", PROMPTS[0]]
+
+    def allowed_noted(self, seq, token, ids=None):
+        kept.append(ids)
+        return allowed(self, seq, token, ids) or refused.append(token)
+    monkeypatch.setattr(Lookahead, "_allowed", allowed_noted)
+    text = Guided(regex=r"[ -~\n]{1,400}")  # (code the model writes anyway: its top 10 mostly allowed)
+    prompts = ['Reply in JSON: {"name": "parse", "line": 12, "ok": true}\n', "The answer is", PROMPTS[0], PROMPTS[0]]
     params = [SamplingParams(max_tokens=60, guided=GUIDES[0]), SamplingParams(max_tokens=60, guided=GUIDES[3]),
-              SamplingParams(max_tokens=60, temperature=0.9, seed=2, guided=GUIDES[1])]
+              SamplingParams(max_tokens=60, temperature=0.9, seed=2, guided=GUIDES[1]),
+              SamplingParams(max_tokens=60, temperature=0.9, seed=2, top_k=10, top_p=0.9,
+                             guided=text)]
     got = [[o.token_ids for o in ahead.generate([p], q)] for p, q in zip(prompts, params)]  # (one at a time)
     assert any(taken) and refused  # (guided steps went ahead; some of their tokens were refused there)
+    assert (10,) in taken and any(ids is not None and len(ids[0]) == 10 for ids in kept)  # (top-k steps: checked)
     rounds = LLM(draft=None, speculative=False, lookahead=False)
     assert [[o.token_ids for o in rounds.generate([p], q)] for p, q in zip(prompts, params)] == got
     monkeypatch.setattr(processed, "GUIDED_CHECKED", False)  # the reference: every row masked, no step ahead

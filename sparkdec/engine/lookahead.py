@@ -36,6 +36,8 @@ class PendingStep:
     processed: list[int] = field(default_factory=list)  # rows processed on the device (their states follow the tokens)
     # id(seq) of those whose previous step's token their grammar refused: this step's row followed that token
     refused: set[int] = field(default_factory=set)
+    # (seq, row, 1) of the guided ones drawn with a top-k: the ids each row keeps follow the states (processed.kept_ids)
+    kept_asks: list = field(default_factory=list)
 
 
 class Lookahead:
@@ -62,10 +64,12 @@ class Lookahead:
     @staticmethod
     def _checked(seq: Sequence) -> bool:
         """Can a guided sequence decode one step ahead: its rows unmasked, each token checked against its grammar as
-        it is committed (spec/processed.GUIDED_CHECKED: greedy or an unfiltered draw), its grammar seldom refusing
+        it is committed (spec/processed.GUIDED_CHECKED: greedy, an unfiltered draw, or a top-k one whose kept ids are
+        read back with the token and checked too, outside the rounds a refusal masks), its grammar seldom refusing
         them (a refused token costs the step queued after it)?"""
         return (processed.GUIDED_CHECKED and seq.guide.fault is None and processed.chains_checked(seq)
-                and (seq.params.greedy or processed.unfiltered(seq.params)))
+                and (seq.params.greedy or processed.unfiltered(seq.params)
+                     or (processed.checkable(seq.params) and seq.masked_rounds <= 0)))
 
     def step(self, batch: Batch) -> list[Sequence]:
         """Queue the next step for the batch, then commit the pending one -> sequences that changed."""
@@ -91,7 +95,8 @@ class Lookahead:
         draws = None if all(s.params.greedy for s in seqs) and not rows else [(s.params, s.seed, p + 1)
                                                                               for s, p in zip(seqs, positions)]
         process = self._processing(seqs, rows, prev, fill)
-        self.pending = self._launch(seqs, positions, pieces, fill, draws, rows, process)
+        asks = [(s, j, 1) for j, s in enumerate(seqs) if processed.keeps_checked(s)]
+        self.pending = self._launch(seqs, positions, pieces, fill, draws, rows, process, asks)
         return self._commit(prev) if prev is not None else []
 
     def drain(self) -> list[Sequence]:
@@ -109,13 +114,13 @@ class Lookahead:
                   1 if prev is not None else 0) for j in rows]
         return processed.device_processing(spans)
 
-    def _launch(self, seqs, positions, pieces, fill, draws, rows: list[int], process=None) -> PendingStep:
-        out = self.runner.decode_tokens(pieces, fill, draws, process)
+    def _launch(self, seqs, positions, pieces, fill, draws, rows: list[int], process=None, asks=()) -> PendingStep:
+        out = self.runner.decode_tokens(pieces, fill, draws, process, processed.kept_reader(asks) if asks else None)
         n = len(seqs)
-        tokens = out[:n]  # [n]; with processing, out [n + m] also holds the processed rows' states
+        tokens = out[:n]  # [n]; out [n + m + sum k] also holds the processed rows' states, then the kept ids
         epochs = [s.preemptions for s in seqs]
         if out.device.type != "cuda":
-            return PendingStep(seqs, positions, tokens, out, None, epochs=epochs, processed=rows)
+            return PendingStep(seqs, positions, tokens, out, None, epochs=epochs, processed=rows, kept_asks=list(asks))
         slot = self.runner.tokens_ring_slot
         if slot is not None:  # the graph wrote the tokens into pinned host memory itself: no copy to queue
             done = torch.cuda.Event()
@@ -128,16 +133,19 @@ class Lookahead:
         host.copy_(out, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        return PendingStep(seqs, positions, tokens, host, done, epochs=epochs, processed=rows)
+        return PendingStep(seqs, positions, tokens, host, done, epochs=epochs, processed=rows, kept_asks=list(asks))
 
-    def _allowed(self, seq: Sequence, token: int) -> bool:
-        """Does a guided sequence's grammar allow this step's token (spec/processed.failed_checks' check)? Where it
-        does not, the token is not committed and the step queued after it, which followed it, is thrown away for
-        the sequence: the ordinary round (a failure keeps it off this path: _checked) computes the row again, masked
-        (the same row bits: the same token as masking it here would have drawn)."""
+    def _allowed(self, seq: Sequence, token: int, kept: list[list[int]] | None = None) -> bool:
+        """Does a guided sequence's grammar allow this step's token, and each id its top-k kept (kept: [[ids]], for a
+        processed.keeps_checked one) (spec/processed.failed_checks' check)? Where it does not, the token is not
+        committed and the step queued after it, which followed it, is thrown away for the sequence: the ordinary
+        round (a failure keeps it off this path: _checked) computes the row again, masked (the same row bits: the
+        same token as masking it here would have drawn)."""
         if not processed.under_grammar(seq):
             return True
-        ok = seq.guide.allows([], [token])
+        ok = seq.guide.allows([], [token], kept)
+        if kept is not None:
+            processed.note_filtered_check(seq, not ok)  # (a refusal masks its next rounds)
         seq.check_failures = processed.failure_share(seq.check_failures, not ok)
         self.guided_checks[0] += 1
         self.guided_checks[1] += not ok
@@ -152,8 +160,9 @@ class Lookahead:
             tokens = self.runner.graphs.ring_tokens(step.ring_slot, len(step.seqs))
         else:
             tokens = step.host.tolist()
-        n = len(step.seqs)
-        dead = processed.dead_of([(step.seqs[j], j, 1) for j in step.processed], tokens[n:])
+        n, m = len(step.seqs), len(step.processed)
+        dead = processed.dead_of([(step.seqs[j], j, 1) for j in step.processed], tokens[n:n + m])
+        kept = processed.kept_lists(step.kept_asks, tokens[n + m:]) if step.kept_asks else {}
         touched = []
         for seq, pos, token, epoch in zip(step.seqs, step.positions, tokens[:n], step.epochs):
             if seq.status != Status.RUNNING or seq.finish_reason is not None or seq.preemptions != epoch:
@@ -164,7 +173,7 @@ class Lookahead:
                 processed.dead_end(seq, dead[id(seq)][1])
                 touched.append(seq)
                 continue
-            if not self._allowed(seq, token):
+            if not self._allowed(seq, token, kept.get(id(seq))):
                 continue  # (refused: its next round computes this row again, masked)
             commit_tokens(seq, [token], self.decode)
             seq.num_computed = pos + 1

@@ -180,11 +180,11 @@ class ModelRunner:
         return host.tolist()
 
     @torch.inference_mode()
-    def decode_tokens(self, pieces, fill=None, draws=None, process=None) -> torch.Tensor:
+    def decode_tokens(self, pieces, fill=None, draws=None, process=None, kept=None) -> torch.Tensor:
         """One row per piece (plain decoding) -> each row's token [n], on the device; no host read. draws: per row
         (params, seed, position of the token) when some row samples or is processed (sampling.draw_tokens), else
-        the argmax: a graph's static output when a graph ran, valid until that graph replays again. process: as
-        verify's; its extra follows the tokens ([n + m])."""
+        the argmax: a graph's static output when a graph ran, valid until that graph replays again. process, kept:
+        as verify's, with draws; their values follow the tokens as ids ([n + m + sum k])."""
         n = len(pieces)
         tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
         self.tokens_ring_slot = None  # the host ring slot the graph wrote these tokens to (graphs.RING_READBACK)
@@ -198,8 +198,8 @@ class ModelRunner:
             argmax = None
         if not draws:
             return argmax[:n] if argmax is not None else logits.argmax(-1)
-        drawn, extra = _drawn(logits, draws, process)
-        return torch.cat([drawn, *extra]) if process is not None else drawn
+        drawn, extra = _drawn(logits, draws, process, kept)
+        return torch.cat([drawn, *(t.long() for t in extra)]) if extra else drawn  # (kept's ids: exact in float32)
 
     @torch.inference_mode()
     def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None,
