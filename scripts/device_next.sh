@@ -77,6 +77,12 @@
 # that machine's floor: *_h100_*_session46.json) and 11 core GPU tests (passed). It checked top-k guided draws
 # instead of masking them (processed.FILTERED_CHECKED; its GPU tests passed in 64). Next, on an H200: 64's bench
 # (the 80% target), 65, then 1 and 25.
+# Session 47: H100s only (an H200 was asked for: refused or an H100 came). 64 at f87d063 (6 passed; 1k 85.1%), 65
+# (tiny-pair A/Bs: noisy), 66 (1k 85.6% / 8k 77.1%; the bypass's costs on the tiny pair), scripts/ab_bypass_full.py
+# (the bypass at full size: 94-96% of plain where drafts never pay), 1 (31 passed) and 26 of 25's 30 tests (the last
+# 4 cut by the budget). It then keyed the bypass's ratios by sampling and let plain guided top-k decoding go one step
+# ahead: neither has run on a GPU. Next, on an H200 if one comes: 67 (the changed paths' GPU tests, the 4 tests not
+# run, the 4B bench at 1k/8k, the bypass at full size), then 1 and 25 again.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
@@ -363,6 +369,14 @@ elif [ "$1" = 65 ]; then  # (session 45) the bypass's and the one-read guided pa
   timeout 330 python scripts/ab_bypass.py $OUT/bypass_ab_h200_tiny.json cuda 2>&1 | tail -6
   timeout 150 python scripts/ab_guided_drafts.py $OUT/guided_on_device_ab_h200_tiny.json cuda ondevice 2>&1 | tail -4
   timeout 100 python scripts/grammar_walk_cost.py $OUT/grammar_walk_cost_h200host.json 151936 2>&1 | tail -3
+elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4 of 25's tests not run, the 4B bench,
+  # the bypass at full size (ratios by sampling: the sampled request at c=1 is the one to watch)
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
+  timeout 300 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "guided_decoding or lookahead or \
+    bypass or gluon_split_decoding or short_graph_gluon or load_schedules" 2>&1 | grep -E "passed|failed|^E  |^FAILED"
+  timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
+    --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
+  timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
 elif [ "$1" = 66 ]; then  # (session 47) the 4B bench at 1k and 8k, then the bypass's A/B with what its choices rested on
   timeout 220 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
