@@ -118,9 +118,10 @@ def test_real_steps_scale_the_costs():
     def choose(tokens_per_round: float) -> bool:
         seq = _seq(tokens_per_round)
         return bool(chooser.choose([seq], [seq], lambda s: 7))
-    assert not choose(1.5) and chooser.predicted == ((False, False), 10.0)  # 1 token in 10 ms beats 1.5 in 20
-    chooser.timed(15.0)  # a plain step takes 15 ms where its forward took 10
-    assert chooser.ratio[False, False] == 1.5 and chooser.ratio[True, False] is None
+    for ms in (14.0, 16.0, 15.0):  # (the plain steps that time them: EXPLORE_TIMED)
+        assert not choose(1.5) and chooser.predicted == ((False, False), 10.0)  # 1 token in 10 ms beats 1.5 in 20
+        chooser.timed(ms)  # a plain step takes 15 ms where its forward took 10
+    assert chooser.ratio[False, False] == pytest.approx(1.5) and chooser.ratio[True, False] is None  # (their mean)
     assert not choose(1.5)  # (rounds scaled as plain steps until one is timed)
     assert choose(4.0) and chooser.predicted == ((True, False), 20.0)
     chooser.timed(22.0)
@@ -166,22 +167,24 @@ def test_one_step_says_little_of_the_ratio():
 
 
 def test_plain_steps_are_timed_before_they_are_judged():
-    """Until a plain step of a batch's sampling has been timed, a batch past its probes runs EXPLORE_STEPS plain steps
-    (no backoff): a plain step one step ahead can take far less than its forward's timing, which the rounds' ratio
-    does not tell. Found fast, plain steps win where the rounds' ratio alone would keep speculating; found slow,
-    speculation goes on. Greedy and sampled steps are timed apart (a sampled step's sampler costs what a greedy one's
-    argmax does not), and a kind not timed borrows its sampling twin's ratio."""
+    """Until EXPLORE_TIMED plain steps of a batch's sampling have been timed, a batch past its probes decodes plainly
+    (no backoff; at most EXPLORE_STEPS such steps, a step with prompt chunks, never timed, not one of them): a plain step
+    one step ahead can take far less than its forward's timing, which the rounds' ratio does not tell. Found fast,
+    plain steps win where the rounds' ratio alone would keep speculating; found slow, speculation goes on. Greedy and
+    sampled steps are timed apart (a sampled step's sampler costs what a greedy one's argmax does not), and a kind not
+    timed borrows its sampling twin's ratio."""
     def explore(chooser, seq, plain_ms: float) -> None:
-        for _ in range(bypass.EXPLORE_STEPS):
+        for _ in range(bypass.EXPLORE_TIMED):
             assert chooser.choose([seq], [seq], lambda s: 7) == set()
             assert chooser.predicted == ((False, not seq.params.greedy), 10.0)
-        assert seq.bypass.aside_until is None  # (no step timed: none more explored)
-        chooser.timed(plain_ms)
+            chooser.timed(plain_ms)
+        assert seq.bypass.aside_until is None
 
     def run(plain_ms: float) -> set:
         chooser = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
         seq = _seq(3.0)  # 3 tokens in a 20 ms round against 1 in a 10 ms plain step
         chooser.ratio[True, False] = 1.0  # (rounds took what their costs said)
+        assert chooser.choose([seq], [seq], lambda s: 7, timeable=False) != set()  # (prompt chunks: not explored)
         explore(chooser, seq, plain_ms)
         return chooser.choose([seq], [seq], lambda s: 7)
     assert run(5.0) == set()  # 1 token in 5 ms beats 3 in 20 by more than MARGIN
@@ -191,12 +194,16 @@ def test_plain_steps_are_timed_before_they_are_judged():
     explore(chooser, _seq(3.0), 5.0)  # greedy plain steps are fast ...
     sampled = _seq(3.0, greedy=False)
     explore(chooser, sampled, 12.0)  # ... sampled ones are not
-    assert chooser.ratio[False, False] == 0.5 and chooser.ratio[False, True] == 1.2
+    assert chooser.ratio[False, False] == 0.5 and chooser.ratio[False, True] == pytest.approx(1.2)
     assert chooser.choose([sampled], [sampled], lambda s: 7) == {id(sampled)}
     greedy = _seq(3.0)
     assert chooser.choose([greedy], [greedy], lambda s: 7) == set()
     chooser.ratio[False, True] = None
     assert chooser._ratio(False, True) == 0.5 and chooser._ratio(True, True) == 1.0  # (its twin's; its own)
+    never, seq = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0)), _seq(3.0)  # (steps never timed:
+    # EXPLORE_STEPS of them, no more)
+    assert [never.choose([seq], [seq], lambda s: 7) for _ in range(bypass.EXPLORE_STEPS + 1)].count(set()) \
+        == bypass.EXPLORE_STEPS
     probing = _seq(3.0)
     probing.bypass.window = []  # (a sequence still probing speculates: no plain step to time)
     fresh = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))

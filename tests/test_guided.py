@@ -311,6 +311,26 @@ def test_checked_plain_decoding_goes_one_step_ahead(engines, monkeypatch):
     assert not any(taken)
 
 
+def test_a_top_k_step_ahead_without_its_kept_ids_is_refused(engines):
+    """A top-k guided step ahead is committed only with the ids its top-k kept, checked: one queued before its grammar
+    took over (no kept ids asked for) is refused, and the round computes its row again, masked."""
+    from sparkdec.engine.lookahead import Lookahead
+
+    engine = engines["plain"].engine
+    seq = engine.add_request("The answer is", SamplingParams(max_tokens=20, temperature=0.9, top_k=5, seed=1,
+                                                             guided=Guided(regex=r"[a-z ]{1,40}")))
+    try:
+        while not seq.output_ids:
+            engine.step()
+        seq.grammar_checked = True
+        token = next(t for t in range(engine.target_cfg.vocab_size) if seq.guide.allows([], [t]))
+        look = Lookahead(None, None)
+        assert not look._allowed(seq, token, None) and look._allowed(seq, token, [[token]])
+        assert not look._allowed(seq, token, [[token, -1]]) and seq.masked_rounds == 1  # (a refusal's backoff)
+    finally:
+        engine.abort(seq.request_id)
+
+
 def test_a_refused_check_costs_work_not_tokens(engines, monkeypatch):
     """Checks that refuse tokens the grammar allows (every fifth) change no token, one step ahead or in the round:
     a refused step's token is computed again, masked, and the step queued after it is not committed."""

@@ -310,7 +310,7 @@ class Engine:
         rejection = self.config.accept_mode == "rejection"
         always = [s for s in may if rejection and not s.params.greedy]
         eligible = [s for s in may if not (rejection and not s.params.greedy)]
-        chosen = self.bypass.choose(batch.decode, eligible, self._verify_drafts, always)
+        chosen = self.bypass.choose(batch.decode, eligible, self._verify_drafts, always, timeable=not batch.prefill)
         if chosen is None:
             self._bypass_needs = (len(batch.decode) + sum(map(self._verify_drafts, may)), len(may))
             return None

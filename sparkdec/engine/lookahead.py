@@ -125,6 +125,8 @@ class Lookahead:
         if slot is not None:  # the graph wrote the tokens into pinned host memory itself: no copy to queue
             done = torch.cuda.Event()
             done.record()
+            assert not rows and not asks, "the ring holds tokens only"  # (draws, which states and kept ids need, do
+            # not advance the graph's ring: runner.decode_tokens)
             return PendingStep(seqs, positions, tokens, None, done, slot, epochs)
         if not self._host or self._host[0].numel() < out.numel():
             self._host = [pinned(torch.zeros(max(out.numel(), 64), dtype=torch.long)) for _ in range(2)]
@@ -143,7 +145,8 @@ class Lookahead:
         same token as masking it here would have drawn)."""
         if not processed.under_grammar(seq):
             return True
-        ok = seq.guide.allows([], [token], kept)
+        # (a top-k row whose kept ids were not asked for, queued before the grammar took over: refused, masked then)
+        ok = not (kept is None and processed.keeps_checked(seq)) and seq.guide.allows([], [token], kept)
         if kept is not None:
             processed.note_filtered_check(seq, not ok)  # (a refusal masks its next rounds)
         seq.check_failures = processed.failure_share(seq.check_failures, not ok)

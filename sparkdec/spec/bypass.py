@@ -18,13 +18,13 @@ WINDOW = 16  # a speculating sequence's tokens per round: the mean of its last W
 FIRST_BACKOFF = 32  # plain tokens before a sequence set aside is probed again; doubled while its probes lose
 MAX_BACKOFF = 1024
 MARGIN = 1.25  # sequences are set aside only where that is expected to raise the batch's tokens/s by more than this
-STEP_ALPHA = 0.1  # the weight of a step in the ratio of real step times to the timed costs
+STEP_ALPHA = 0.1  # the weight of a step in the ratio of real step times to the timed costs (its first: their mean)
 RATIO_RANGE = (0.5, 4.0)  # what one step may say of that ratio
-# plain steps run once for a batch past its probes while no plain step of its sampling (greedy, or a row sampled) has
-# been timed: one step ahead a plain step can take far less than its forward's timing (its host work overlaps the
-# device's), which a round's ratio does not tell; and a sampled step's sampler is host and device work a greedy one
-# has not
-EXPLORE_STEPS = 4
+# plain steps run for a batch past its probes until EXPLORE_TIMED plain steps of its sampling (greedy, or a row
+# sampled) have been timed, at most EXPLORE_STEPS of them: one step ahead a plain step can take far less than its
+# forward's timing (its host work overlaps the device's), which a round's ratio does not tell; and a sampled step's
+# sampler is host and device work a greedy one has not. (A step ahead's first step, only queued, is not timed.)
+EXPLORE_TIMED, EXPLORE_STEPS = 3, 8
 
 
 @dataclass
@@ -100,12 +100,14 @@ class Bypass:
         # was timed
         self.ratio: dict[tuple[bool, bool], float | None] = {(s, d): None for s in (False, True) for d in (False, True)}
         self.predicted: tuple[tuple[bool, bool], float] | None = None  # (kind, ms) of the step choose last chose
+        self.steps = dict.fromkeys(self.ratio, 0)  # steps timed, by kind
         self.explored = {False: 0, True: 0}  # plain steps chosen to time them (EXPLORE_STEPS), by sampled
 
-    def choose(self, batch: list, eligible: list, ell, always: list = ()) -> set[int] | None:
+    def choose(self, batch: list, eligible: list, ell, always: list = (), timeable: bool = True) -> set[int] | None:
         """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
         round; None when the costs this needs are not timed yet (costs.measure first). ell(seq): the drafts it
-        would verify; always: sequences of the batch that speculate every round (counted in the costs)."""
+        would verify; always: sequences of the batch that speculate every round (counted in the costs); timeable:
+        the step will be timed (no prompt chunks in it), so it may be one that explores."""
         must, optional = list(always), []
         for seq in eligible:
             st = observe(seq)
@@ -119,7 +121,7 @@ class Bypass:
             return None if optional else {id(s) for s in must}
         optional.sort(key=lambda s: -s.bypass.tokens_per_round)
         sampled = any(not s.params.greedy for s in batch)
-        if self._explores(must, optional, sampled):
+        if timeable and self._explores(must, optional, sampled):
             self.predicted = ((False, sampled), self._ms(len(batch), 0, 0))
             return set()
         keep = self._best(len(batch), must, optional, drafts, sampled)
@@ -135,7 +137,7 @@ class Bypass:
     def _explores(self, must: list, optional: list, sampled: bool) -> bool:
         """Is this step one of the plain steps run to time them (no plain step of its kind timed yet, none of the batch
         probing or speculating every round)? Its sequences keep their state: no backoff."""
-        if not self.calibrate or self.ratio[False, sampled] is not None or must or not optional:
+        if not self.calibrate or self.steps[False, sampled] >= EXPLORE_TIMED or must or not optional:
             return False
         if self.explored[sampled] >= EXPLORE_STEPS:
             return False
@@ -149,8 +151,10 @@ class Bypass:
         if self.predicted is not None and self.calibrate:
             kind, predicted = self.predicted
             now = min(max(ms / predicted, RATIO_RANGE[0]), RATIO_RANGE[1])
+            self.steps[kind] += 1
+            alpha = max(STEP_ALPHA, 1 / self.steps[kind])  # (the mean of its first steps)
             old = self.ratio[kind]
-            self.ratio[kind] = now if old is None else (1 - STEP_ALPHA) * old + STEP_ALPHA * now
+            self.ratio[kind] = now if old is None else (1 - alpha) * old + alpha * now
         self.predicted = None
 
     def _best(self, b: int, must: list, optional: list, drafts: dict, sampled: bool) -> int:
