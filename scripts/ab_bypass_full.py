@@ -76,7 +76,8 @@ def main(out_path: str) -> None:
     record = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(),
               "command": " ".join(["python"] + sys.argv),
               "config": {"shape": "qwen3-4b", "weights": "random bf16 (drafts never accepted)", "ctx": CTX,
-                         "tokens": TOKENS, "passes": PASSES, "cases": CASES},
+                         "tokens": TOKENS, "passes": PASSES, "cases": CASES,
+                         "note": "one engine and one Bypass throughout: its costs and step ratios carry across passes"},
               "bypass_costs": costs, "results": results}
     with open(out_path, "w") as f:
         json.dump(record, f, indent=1)
