@@ -3,9 +3,9 @@ that verifying drafts costs more than they return. Each sequence's tokens per ro
 few rounds, then followed (the mean of its recent rounds); each round speculates for the sequences whose drafts are
 expected to raise the batch's tokens per second, by the timed cost of the propose (by sequence count) and of the
 forward (by token count), each scaled by how the engine's real steps of its kind (plain or speculating, greedy or
-sampled) compared with it (until a plain step of a kind has been timed, a few are run to time them); the others
-decode plainly and are probed again after a backoff that doubles while speculation keeps losing. The tokens are the
-same either way: speculative output equals plain output."""
+sampled) compared with it (until plain steps of a kind have been timed a few times, a few are run to time them); the
+others decode plainly and are probed again after a backoff that doubles while speculation keeps losing. The tokens
+are the same either way: speculative output equals plain output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -101,7 +101,7 @@ class Bypass:
         self.ratio: dict[tuple[bool, bool], float | None] = {(s, d): None for s in (False, True) for d in (False, True)}
         self.predicted: tuple[tuple[bool, bool], float] | None = None  # (kind, ms) of the step choose last chose
         self.steps = dict.fromkeys(self.ratio, 0)  # steps timed, by kind
-        self.explored = {False: 0, True: 0}  # plain steps chosen to time them (EXPLORE_STEPS), by sampled
+        self.explored = {False: 0, True: 0}  # plain steps chosen to time them, by sampled (at most EXPLORE_STEPS)
 
     def choose(self, batch: list, eligible: list, ell, always: list = (), timeable: bool = True) -> set[int] | None:
         """id() of the sequences of eligible (those that may speculate, part of the decode batch) that speculate this
@@ -135,8 +135,9 @@ class Bypass:
         return {id(s) for s in chosen}
 
     def _explores(self, must: list, optional: list, sampled: bool) -> bool:
-        """Is this step one of the plain steps run to time them (no plain step of its kind timed yet, none of the batch
-        probing or speculating every round)? Its sequences keep their state: no backoff."""
+        """Is this step one of the plain steps run to time them (fewer than EXPLORE_TIMED plain steps of its sampling
+        timed, fewer than EXPLORE_STEPS run so, none of the batch probing or speculating every round)? Its sequences
+        keep their state: no backoff."""
         if not self.calibrate or self.steps[False, sampled] >= EXPLORE_TIMED or must or not optional:
             return False
         if self.explored[sampled] >= EXPLORE_STEPS:
