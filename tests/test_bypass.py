@@ -208,3 +208,17 @@ def test_plain_steps_are_timed_before_they_are_judged():
     probing.bypass.window = []  # (a sequence still probing speculates: no plain step to time)
     fresh = bypass.Bypass(FixedCosts(lambda n: 10.0, lambda k: 10.0))
     assert fresh.choose([probing], [probing], lambda s: 7) == {id(probing)} and fresh.explored == {False: 0, True: 0}
+
+
+def test_the_engine_times_plain_steps_of_each_sampling(plain):
+    """In the engine, a greedy and a sampled batch past their probes each decode plainly until EXPLORE_TIMED plain steps
+    of their sampling have been timed (the step ahead's first, only queued, is not), with plain decoding's tokens."""
+    llm = LLM(spec_bypass=True)
+    for params in (SamplingParams(max_tokens=60, ignore_eos=True),
+                   SamplingParams(max_tokens=60, ignore_eos=True, temperature=0.9, seed=4)):
+        outs = llm.generate(PROMPTS[:2], params)
+        assert [o.token_ids for o in outs] == [o.token_ids for o in plain.generate(PROMPTS[:2], params)]
+        sampled = not params.greedy
+        assert llm.engine.bypass.steps[False, sampled] >= bypass.EXPLORE_TIMED, llm.engine.bypass.steps
+        assert 1 <= llm.engine.bypass.explored[sampled] <= bypass.EXPLORE_STEPS
+        assert llm.engine.bypass.ratio[False, sampled] is not None
