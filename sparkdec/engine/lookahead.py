@@ -145,13 +145,9 @@ class Lookahead:
         same token as masking it here would have drawn)."""
         if not processed.under_grammar(seq):
             return True
-        # (a top-k row whose kept ids were not asked for, queued before the grammar took over: refused, masked then)
-        ok = not (kept is None and processed.keeps_checked(seq)) and seq.guide.allows([], [token], kept)
-        if kept is not None:
-            processed.note_filtered_check(seq, not ok)  # (a refusal masks its next rounds)
-        seq.check_failures = processed.failure_share(seq.check_failures, not ok)
-        self.guided_checks[0] += 1
-        self.guided_checks[1] += not ok
+        ok = processed.passes_check(seq, [], [token], kept)  # (a top-k row queued before its grammar took over,
+        # with no kept ids asked for, is refused: masked then)
+        processed.note_check(seq, not ok, self.guided_checks)
         if not ok and self.pending is not None:
             self.pending.refused.add(id(seq))
         return ok

@@ -203,9 +203,24 @@ def failed_checks(spans, tokens: list[int], drafts: list[list[int]], kept: dict 
     longer commit would leave its next propose to attend to (spec/chain.py)."""
     kept = kept or {}
     return {id(seq) for seq, r0, n, i in spans if checked(seq)  # (only the tokens it may still emit: room)
-            and ((keeps_checked(seq) and id(seq) not in kept)
-                 or not seq.guide.allows(drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + min(n, seq.room())],
-                                         kept.get(id(seq))))}
+            and not passes_check(seq, drafts[i][:n - 1] if i is not None else [], tokens[r0:r0 + min(n, seq.room())],
+                                 kept.get(id(seq)))}
+
+
+def passes_check(seq, drafts: list[int], tokens: list[int], kept: list[list[int]] | None) -> bool:
+    """Does a checked sequence's grammar allow its tokens along the drafts (Matcher.allows), and each id its rows' top-k
+    kept (kept: each row's ids; a keeps_checked sequence with none read back fails)?"""
+    return not (keeps_checked(seq) and kept is None) and seq.guide.allows(drafts, tokens, kept)
+
+
+def note_check(seq, failed: bool, counts: list[int]) -> None:
+    """After a checked round or step: its share of failures (chains_checked), counts [checked, refused] (/metrics),
+    and for a top-k draw the rounds a refusal masks (note_filtered_check)."""
+    seq.check_failures = failure_share(seq.check_failures, failed)
+    counts[0] += 1
+    counts[1] += failed
+    if keeps_checked(seq):
+        note_filtered_check(seq, failed)
 
 
 def filtered_turn(seq) -> bool:

@@ -312,11 +312,7 @@ class RoundRunner:
             if id(seq) in failed and ahead is not None:  # no further than the device's tokens went: failed_checks
                 tokens = tokens[:len(accept_greedy(argmax[r0:r0 + n], ver))]
             if processed.checked(seq) and self.simulate is None:
-                seq.check_failures = processed.failure_share(seq.check_failures, id(seq) in failed)
-                self.guided_checks[0] += 1
-                self.guided_checks[1] += id(seq) in failed
-                if processed.keeps_checked(seq):
-                    processed.note_filtered_check(seq, id(seq) in failed)
+                processed.note_check(seq, id(seq) in failed, self.guided_checks)
             s = seq.anchor_position
             accepted = len(tokens) - 1
             tokens, stuck = processed.settle(seq, tokens, dead, id(seq) in thinking)
