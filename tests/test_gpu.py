@@ -841,6 +841,36 @@ def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, 
     assert sum(x["num_accepted"] for _, rounds in runs[0] for x in rounds) > 50
 
 
+def test_chain_staging_kernel_equals_its_torch_form_on_cuda():
+    """ops/triton_chain.stage_kernel writes what spec/chain.stage_reference writes, on random rounds of 1-8
+    sequences (random tokens, drafts agreeing with them up to a random point, ℓ and tiers), greedy and simulated."""
+    from sparkdec.ops.triton_chain import stage_kernel
+    from sparkdec.spec.chain import stage_reference
+
+    gen, g, ps, pages = torch.Generator().manual_seed(3), 7, 16, 64
+    for trial in range(40):
+        n = int(torch.randint(1, 9, (1,), generator=gen))
+        tier = [t for t in (1, 2, 4, 8) if t >= n][0]
+        ells = torch.randint(0, g + 1, (n,), generator=gen)
+        rows = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.long), ells[:-1] + 1]), 0)
+        first = torch.randint(0, 50, (int(rows[-1] + ells[-1] + 1),), generator=gen)
+        drafts = torch.randint(0, 50, (n, g), generator=gen)
+        for i in range(n):  # agree with the verify's tokens up to a random point
+            for k in range(min(int(torch.randint(0, g + 1, (1,), generator=gen)), int(ells[i]))):
+                drafts[i, k] = first[rows[i] + k]
+        starts = torch.randint(0, (pages - 2) * ps, (n,), generator=gen)
+        tables = torch.randperm(tier * pages, generator=gen).view(tier, pages)
+        vals = torch.stack([rows, ells, starts])
+        for al in (None, 1 + trial % g):
+            outs = []
+            for stage, dev in ((stage_kernel, "cuda"), (stage_reference, "cpu")):
+                out = (torch.full((tier,), -7, device=dev),) + tuple(torch.full((tier * g,), -7, device=dev)
+                                                                     for _ in range(3))
+                stage(first.to(dev), drafts.to(dev), vals.to(dev), tables.to(dev), out, tier, ps, 5 * ps, al)
+                outs.append([t.cpu() for t in out])
+            assert all(torch.equal(a, b) for a, b in zip(*outs)), (trial, al)
+
+
 def test_coupled_drafts_in_the_propose_graph_match_the_torch_race(monkeypatch):
     """Exact-sampled sequences draft the coupled race (spec/coupling.py): the fused chain in the propose graphs
     drafts what the torch pick drafts, round for round, and the output is plain sampled decoding's (shipped tiny

@@ -65,6 +65,29 @@ def test_propose_staging_rows_and_padding():
     assert g.tables[1].eq(TRASH).all() and g.tables[0, :4].tolist() == tables[0]
 
 
+def test_chained_propose_staging_equals_the_hosts_staging_of_the_accepted_round():
+    """ProposeGraphs.run_chained stages, from the verify's tokens on the device (spec/chain.stage_reference on CPU; the
+    CUDA kernel equals it: tests/triton_checks.check_chain_stage), what _fill stages from the host's acceptance."""
+    gamma = 4
+    g = ProposeGraphs(fake_runner(gamma), max_seqs=4, max_positions=40 * PS, trash_page=TRASH)
+    replayed = []
+    g.graphs = {4: (SimpleNamespace(replay=lambda: replayed.append(1)), "out")}
+    tables, starts = [[5, 9, 2, 7], [11, 3]], [30, 14]
+    drafts = torch.tensor([[1, 2, 3, 4], [6, 6, 6, 6]])
+    first = torch.tensor([8, 1, 2, 9, 7, 7, 5, 6, 6])  # sequence 0: rows 0-4 (ℓ 4), sequence 1: rows 5-8 (ℓ 3)
+    vals = torch.tensor([[0, 5], [4, 3], starts])
+    assert g.run_chained(tables, first, drafts, vals, None, 4) == "out" and replayed == [1]
+    chained = [t.clone() for t in (g.positions, g.slots, g.row_len, g.anchors)]
+    g._fill(tables, [int(first[0]), int(first[5])], [30 + 1, 14 + 1], 4)  # none of 0's drafts kept, none of 1's
+    assert all(torch.equal(a, b) for a, b in zip(chained, (g.positions, g.slots, g.row_len, g.anchors)))
+    first[:2] = torch.tensor([1, 3])  # now 0 keeps one draft (then 3 != 2), 1 keeps two (then 5 != 6)
+    first[5:8] = torch.tensor([6, 6, 5])
+    g.run_chained(tables, first, drafts, vals, None, 4)
+    chained = [t.clone() for t in (g.positions, g.slots, g.row_len, g.anchors)]
+    g._fill(tables, [3, 5], [30 + 2, 14 + 3], 4)
+    assert all(torch.equal(a, b) for a, b in zip(chained, (g.positions, g.slots, g.row_len, g.anchors)))
+
+
 def test_propose_staging_of_the_coupled_race():
     """Coupled rows stage (key base, temperature, anchor position); argmax rows and padding temperature 0; a round
     with no coupled row clears what the last one staged."""

@@ -456,6 +456,31 @@ def check_argmax_advance():
             assert torch.equal(rings["kernel"], want) and flags["kernel"].tolist() == [2, 1, 2, 0]
 
 
+def check_chain_stage():
+    """The chained propose's staging kernel writes what its torch form does: each sequence's accepted drafts (none,
+    some, all verified, a mismatch past ℓ ignored), next anchor, the block's positions, slots (crossing a page) and
+    keys per row, and the padding rows; simulated acceptance too."""
+    from sparkdec.ops.triton_chain import stage_kernel
+    from sparkdec.spec.chain import stage_reference
+
+    g, ps, tier, trash = 7, 4, 4, 99 * 4
+    drafts = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [1, 2, 3, 4, 5, 6, 7], [9, 9, 9, 9, 9, 9, 9]])
+    first = torch.tensor([5, 6, 7, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 3, 9, 9])
+    vals = torch.tensor([[0, 8, 16], [7, 7, 2], [10, 20, 3]])  # anchor rows, drafts verified, anchor positions
+    tables = torch.arange(40).view(4, 10) + 1  # [tier, pages]
+    expected = {None: [first[3], first[15], first[16], 0], 3: [first[2], first[10], first[18], 0]}  # accepted 3, 7, 0
+    for al in (3, None):  # (greedy last: its rows are checked below)
+        got, want = ([torch.full((tier * g,), -5) for _ in range(3)] + [torch.full((tier,), -5)] for _ in range(2))
+        stage_kernel(first, drafts, vals, tables, (got[3], *got[:3]), tier, ps, trash, al)
+        stage_reference(first, drafts, vals, tables, (want[3], *want[:3]), tier, ps, trash, al)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b), (al, a, b)
+        assert want[3].tolist() == [int(x) for x in expected[al]], (al, want[3])
+    slots = [18 * ps + p % ps for p in range(28, 32)] + [19 * ps + p % ps for p in range(32, 35)]  # pages 7, 8
+    assert got[0][7:14].tolist() == list(range(28, 35)) and got[1][7:14].tolist() == slots
+    assert got[2][21:].tolist() == [g] * g and got[1][21:].tolist() == [trash] * g
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     check_gemm()
@@ -472,4 +497,5 @@ if __name__ == "__main__":
     check_nucleus()
     check_argmax()
     check_argmax_advance()
+    check_chain_stage()
     print("ok")

@@ -15,7 +15,7 @@ import torch
 
 from sparkdec.engine.context import ForwardContext, row_blocks
 from sparkdec.env import flag
-from sparkdec.spec import coupling
+from sparkdec.spec import chain, coupling
 from sparkdec.staging import to_device
 
 TIERS = (1, 2, 4, 8, 16, 32, 64, 128)  # NOTE: rows below 16 share the GEMM tile; small tiers save attention work
@@ -428,24 +428,19 @@ class ProposeGraphs:
         graph.replay()
         return out
 
-    def run_device(self, tables: list[list[int]], anchors: torch.Tensor, anchor_positions: torch.Tensor, tier: int):
-        """run() with anchors and anchor positions [n] on the device (spec/chain.py): the rows are staged by device
-        ops (the values _fill would write), with no host read."""
-        g, n, ps = self.gamma, len(tables), self.page_size
+    def run_chained(self, tables: list[list[int]], first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tensor,
+                    simulate_al: int | None, tier: int):
+        """run() for the round after the one whose verify is queued (spec/chain.py): that round's acceptance and
+        this propose's rows are staged on the device (ops/triton_chain.stage: the values _fill would write), with
+        no host read. first [T], drafts [n, γ], vals [3, n]: see ModelRunner.propose_chained."""
         self.table_rows.write(tables, pad_to=tier)
-        k = torch.arange(g, device=anchors.device)
-        pos = anchor_positions[:, None] + k[None, :]  # [n, γ]
-        pages = self.tables[:n].gather(1, torch.div(pos, ps, rounding_mode="floor"))
-        self.positions[:n * g].copy_(pos.reshape(-1))
-        self.slots[:n * g].copy_((pages * ps + pos % ps).reshape(-1))
-        self.row_len[:n * g].copy_((anchor_positions + g)[:, None].expand(n, g).reshape(-1))
-        self.anchors[:n].copy_(anchors)
+        out = (self.anchors, self.positions, self.slots, self.row_len)
+        if first.device.type == "cuda" and chain.STAGE_KERNEL:
+            from sparkdec.ops.triton_chain import stage_kernel as stage
+        else:
+            stage = chain.stage_reference
+        stage(first, drafts, vals, self.tables, out, tier, self.page_size, self.trash_slot, simulate_al)
         self._stage_race(None, [], tier)
-        if n < tier:  # padding rows, as _fill writes them
-            self.positions[n * g:tier * g].zero_()
-            self.slots[n * g:tier * g].fill_(self.trash_slot)
-            self.row_len[n * g:tier * g].fill_(g)
-            self.anchors[n:tier].zero_()
         graph, out = self.graphs[tier]
         graph.replay()
         return out

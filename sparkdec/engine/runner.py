@@ -7,6 +7,7 @@ from sparkdec.engine.context import ForwardContext, build_context
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.kv_cache import KVCache
 from sparkdec.sampling import draw_tokens
+from sparkdec.spec.chain import accept_reference
 from sparkdec.spec.coupling import race_tensors
 from sparkdec.staging import to_device
 
@@ -231,15 +232,19 @@ class ModelRunner:
         return self.drafter.markov_chain(h.view(b, gamma, -1), anchors, pick, greedy, coupling)
 
     @torch.inference_mode()
-    def propose_from_device(self, tables: list[list[int]], anchors: torch.Tensor, anchor_positions: torch.Tensor):
-        """The greedy propose with anchors and anchor positions [B] already on the device (spec/chain.py): the graph
-        is staged on the device, with no host read; without a graph, the eager propose (reads them back)."""
+    def propose_chained(self, tables: list[list[int]], first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tensor,
+                        simulate_al: int | None = None):
+        """The greedy propose of the round after the one whose verify is queued (spec/chain.py), from that round's
+        outcome on the device: first [T] each verify row's token, drafts [n, γ], vals [3, n] (anchor rows, drafts
+        verified, anchor positions). With a graph, the acceptance and the graph's rows are staged in one launch
+        (ops/triton_chain.py), with no host read; without one, the eager propose (reads the anchors back)."""
         n = len(tables)
         tier = self.propose_graphs.tier_for(n) if self.propose_graphs is not None else None
         if tier is not None:
-            drafts, z, conf = self.propose_graphs.run_device(tables, anchors, anchor_positions, tier)
+            drafts, z, conf = self.propose_graphs.run_chained(tables, first, drafts, vals, simulate_al, tier)
             return drafts[:n], z[:n], conf[:n]
-        return self.propose(tables, anchors.tolist(), anchor_positions.tolist(), lambda z, k: z.argmax(-1), greedy=True)
+        anchors, positions = accept_reference(first, drafts, vals, simulate_al)
+        return self.propose(tables, anchors.tolist(), positions.tolist(), lambda z, k: z.argmax(-1), greedy=True)
 
     @torch.inference_mode()
     def propose(self, tables: list[list[int]], anchors: list[int], anchor_positions: list[int], pick,

@@ -14,7 +14,7 @@ from sparkdec.engine.sequence import Sequence
 from sparkdec.sampling import STREAM_DRAFT, SamplingParams, fused_sampler_on, sample_from, sample_token
 from sparkdec.penalties import processes, rewrites as rewrites_logits
 from sparkdec.spec import coupling, logprobs, processed
-from sparkdec.spec.chain import PendingPropose, device_accept
+from sparkdec.spec.chain import PendingPropose
 from sparkdec.spec.commit import commit_tokens
 from sparkdec.spec.schedule import VerifyPolicy, batch_verify_lengths, survivals
 from sparkdec.spec.verify import accept_exact, accept_greedy, accept_rejection
@@ -389,8 +389,7 @@ class RoundRunner:
         def before_read(first: torch.Tensor) -> None:
             events = self._events()
             vals = to_device([rows, ells, starts], first.device)  # [3, B]
-            anchors, positions = device_accept(first, drafts_dev, vals[0], vals[1], vals[2], al)
-            out = self.runner.propose_from_device([s.block_table for s in spec], anchors, positions)
+            out = self.runner.propose_chained([s.block_table for s in spec], first, drafts_dev, vals, al)
             if events:
                 events[1].record()
             self.pending = PendingPropose(list(spec), *out, events)
