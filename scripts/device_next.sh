@@ -379,12 +379,13 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
   timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
 elif [ "$1" = 68 ]; then  # (session 48) the chained propose's staging in one kernel: its GPU tests, then the host
   # profile of the tiny pair's rounds with it, without it (SPARKDEC_STAGE_KERNEL=0) and with PDL off (graph launches)
-  timeout 280 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "chain_staging or queued_ahead or \
-    speculative_greedy_is_bit or joins_keeps or lookahead_equals" 2>&1 | grep -E "passed|failed|^E  |^FAILED"
-  for v in "" "SPARKDEC_STAGE_KERNEL=0" "SPARKDEC_PDL=0"; do
-    env $v PYTHONPATH=$PWD timeout 150 python scripts/round_host_profile.py $OUT/round_host_profile_${v:-base}.json \
-      > $OUT/round_host_profile_${v:-base}.txt 2>&1; echo "== ${v:-base}"; grep -E "^plain:|^spec:|graph launches" \
-      $OUT/round_host_profile_${v:-base}.txt
+  [ "$2" = notests ] || timeout 280 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "chain_staging \
+    or queued_ahead or speculative_greedy_is_bit or joins_keeps or lookahead_equals" 2>&1 | grep -E "passed|failed|^E  |^FAILED"
+  for v in base SPARKDEC_STAGE_KERNEL=0 SPARKDEC_PDL=0; do
+    name=${v/=/_}; [ $v = base ] && v=
+    env $v PYTHONPATH=$PWD timeout 150 python scripts/round_host_profile.py $OUT/round_host_profile_$name.json \
+      > $OUT/round_host_profile_$name.txt 2>&1; echo "== $name"; grep -E "^plain:|^spec:|graph launches|Error" \
+      $OUT/round_host_profile_$name.txt | head -8
   done
 elif [ "$1" = 66 ]; then  # (session 47) the 4B bench at 1k and 8k, then the bypass's A/B with what its choices rested on
   timeout 220 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \

@@ -1,7 +1,7 @@
 """Where a speculative round's host time goes on a small, host-bound model (the shipped tiny pair, CUDA): tokens/s
 and ms per round or step, the host's Python functions by own time (cProfile), and the CUDA runtime calls and torch
 ops launched per round (torch.profiler), for plain decoding and for speculation every round (bypass off), and what a
-CUDA graph's replay costs the host and the device.
+CUDA graph's replay() call costs the host.
 Usage: python scripts/round_host_profile.py OUT.json [device]"""
 from __future__ import annotations
 
@@ -66,30 +66,27 @@ def launch_profile(llm, device: str, rounds: int) -> dict:
             for e in rows[:TOP]}
 
 
-def launch_costs(llm) -> dict:
-    """Host us of one graph replay() call with the device idle, and the device us of a replay, for the smallest
-    target and propose tiers and the short graphs of the lone-row tier. Run last: the replays write the KV cache at
-    whatever rows were staged (the pages of finished requests)."""
+def launch_costs(llm, device: str) -> dict:
+    """Host us of each graph's replay() call (its median over a generate, in the engine's own flow) and how many
+    replays it made, per graph (target tiers, the lone row's short graphs, propose tiers)."""
     runner = llm.engine.runner
-    graphs = {f"target_{t}": g for t, (g, _) in sorted(runner.graphs.graphs.items())[:2]}
-    graphs.update({f"target_1_short_{b}": g for b, g in runner.graphs.short.get(1, [])})
+    names = {id(g): f"target_{t}" for t, (g, _) in runner.graphs.graphs.items()}
+    names.update({id(g): f"target_1_short_{b}" for b, g in runner.graphs.short.get(1, [])})
     if runner.propose_graphs is not None:
-        graphs.update({f"propose_{t}": g for t, (g, _) in sorted(runner.propose_graphs.graphs.items())[:2]})
-    costs = {}
-    for name, graph in graphs.items():
-        host, dev = [], []
-        for _ in range(30):
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t = time.perf_counter()
-            start.record()
-            graph.replay()
-            host.append(time.perf_counter() - t)
-            end.record()
-            end.synchronize()
-            dev.append(start.elapsed_time(end) * 1e3)
-        costs[name] = {"host_us": 1e6 * sorted(host)[15], "device_us": sorted(dev)[15]}
-    return costs
+        names.update({id(g): f"propose_{t}" for t, (g, _) in runner.propose_graphs.graphs.items()})
+    times: dict[str, list] = {}
+    replay = torch.cuda.CUDAGraph.replay
+
+    def timed(graph):
+        t = time.perf_counter()
+        replay(graph)
+        times.setdefault(names.get(id(graph), "other"), []).append(time.perf_counter() - t)
+    torch.cuda.CUDAGraph.replay = timed
+    try:
+        generate(llm, device)
+    finally:
+        torch.cuda.CUDAGraph.replay = replay
+    return {name: {"replays": len(v), "host_us_median": 1e6 * sorted(v)[len(v) // 2]} for name, v in times.items()}
 
 
 def main(out_path: str, device: str = "cuda") -> None:
@@ -101,14 +98,14 @@ def main(out_path: str, device: str = "cuda") -> None:
         row = {"tokens_per_s": tokens / secs, "rounds": rounds, "tokens_per_round": tokens / rounds,
                "ms_per_round": 1e3 * secs / rounds}
         print(f"{name}: {row}", flush=True)
+        if device == "cuda":
+            row["graph_launch"] = launch_costs(llm, device)
+            print(f"  graph launches: {row['graph_launch']}", flush=True)
         row["launches"] = launch_profile(llm, device, rounds)
         row["python"] = python_profile(llm, device)
         print(row["python"][:6000], flush=True)
         for key, v in list(row["launches"].items())[:25]:
             print(f"  {key:50s} {v['per_round']:8.1f} per round, {v['host_us_per_round']:8.1f} us", flush=True)
-        if device == "cuda":
-            row["graph_launch"] = launch_costs(llm)
-            print(f"  graph launches: {row['graph_launch']}", flush=True)
         results[name] = row
         del llm
     record = {"device": torch.cuda.get_device_name() if device == "cuda" else "CPU", "date": time.strftime("%Y-%m-%d"),
