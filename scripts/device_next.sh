@@ -83,6 +83,10 @@
 # 4 cut by the budget). It then keyed the bypass's ratios by sampling and let plain guided top-k decoding go one step
 # ahead: neither has run on a GPU. Next, on an H200 if one comes: 67 (the changed paths' GPU tests, the 4 tests not
 # run, the 4B bench at 1k/8k, the bypass at full size), then 1 and 25 again.
+# Session 48: an H200 ran 67 (7 GPU tests passed; 4B 1k 79.6% and 79.8% in two runs, 8k 69.1%; the bypass at full size:
+# 97% of plain where drafts never pay) and the tiny pair's bypass A/B; then H100s ran 68 (the chained staging kernel:
+# its 6 GPU tests passed; the tiny pair's rounds 1.29 -> 0.64 ms, scripts/ab_chain_stage.py). Next: 1 and 25 (the
+# suite at this code), the 4B bench on an H200.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
