@@ -37,6 +37,11 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
 
 def wall(fn, reps: int = 30, warmup: int = 5) -> float:
     """Median wall seconds of fn() including its host work and final sync."""
+    return statistics.median(wall_samples(fn, reps, warmup))
+
+
+def wall_samples(fn, reps: int, warmup: int) -> list[float]:
+    """Wall seconds of each of reps calls of fn() (its host work and a final sync), after warmup calls."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -46,7 +51,7 @@ def wall(fn, reps: int = 30, warmup: int = 5) -> float:
         fn()
         torch.cuda.synchronize()
         out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    return out
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
@@ -113,14 +118,18 @@ def request_ms(engine: Engine, ctx: int, tokens: int, seed: int, sampling: dict 
     return ms
 
 
-def verify_times(engine: Engine, seq) -> dict:
-    """verify(t): one packed forward of t rows at the sequence's end (graph replay + host + readback)."""
+def verify_times(engine: Engine, seq, passes: int = 6) -> dict:
+    """verify(t): one packed forward of t rows at the sequence's end (graph replay + host + readback). The row
+    counts are timed in turn over several passes and each t's samples pooled (median), so that a drift of the
+    machine over the run weighs on every t alike (timed one t after another, verify(8) / verify(1) read 1.09 and
+    1.17 in two runs on one H200)."""
     s = seq.anchor_position
-    out = {}
-    for t in range(1, 9):
-        pieces = [(seq.block_table, [seq.anchor] * t, list(range(s, s + t)))]
-        out[t] = wall(lambda: engine.runner.verify(pieces, list(range(t)))) * 1e3
-    return out
+    samples: dict[int, list] = {t: [] for t in range(1, 9)}
+    for _ in range(passes):
+        for t in samples:
+            pieces = [(seq.block_table, [seq.anchor] * t, list(range(s, s + t)))]
+            samples[t] += wall_samples(lambda: engine.runner.verify(pieces, list(range(t))), reps=6, warmup=2)
+    return {t: statistics.median(v) * 1e3 for t, v in samples.items()}
 
 
 def graph_replay_ms(engine: Engine, seq, rows: int = 1, position: int | None = None) -> float | None:
