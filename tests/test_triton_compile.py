@@ -140,3 +140,17 @@ def test_the_argmax_pick_kernel_compiles_with_and_without_moving_rows_on():
         consts = dict(CHUNKS=64, ADVANCE=advance, RING=ring, PDL=1)
         ptx = compiled(ta._pick_kernel, types, consts, ()).asm["ptx"]
         assert ptx.count("st.global") >= 1 + 4 * advance + 2 * ring, (advance, ring)
+
+
+def test_the_chain_staging_kernel_compiles_and_never_specializes_on_its_arguments():
+    """ops/triton_chain's staging kernel for sm_90, greedy and simulated; none of its arguments, which change from
+    round to round, is specialized on its value or alignment (a new specialization compiles mid-request)."""
+    from sparkdec.ops import triton_chain as tc
+
+    kernel = tc._stage_kernel
+    assert all(p.do_not_specialize and p.do_not_specialize_on_alignment for p in kernel.params if not p.is_constexpr)
+    ints = ("n_first", "stride_d", "stride_t", "pages", "n", "page_size", "trash_slot", "simulate_al")
+    types = {**{name: "*i64" for name in tc._ARGS if name.endswith("_ptr")}, **{name: "i32" for name in ints}}
+    for simulate in (False, True):
+        ptx = compiled(kernel, types, dict(GAMMA=7, BLOCK=8, SIMULATE=simulate), ()).asm["ptx"]
+        assert ptx.count("st.global") >= 4, simulate

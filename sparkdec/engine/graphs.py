@@ -414,6 +414,10 @@ class ProposeGraphs:
         b = max(self.tiers)  # row r belongs to sequence r // γ, for every tier
         self.row_seq[:b * self.gamma] = torch.arange(b, device=self.row_seq.device).repeat_interleave(self.gamma)
         self.graphs = capture_tiers(self.tiers, self._forward)
+        if chain.STAGE_KERNEL:  # (compiled now, not in a request's first chained round)
+            from sparkdec.ops.triton_chain import warm_up
+            warm_up(self.gamma, self.tables, (self.anchors, self.positions, self.slots, self.row_len), self.page_size,
+                    self.trash_slot)
 
     def tier_for(self, num_seqs: int) -> int | None:
         return next((b for b in self.tiers if b >= num_seqs), None)

@@ -14,7 +14,14 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+# one compiled kernel per (γ, simulated or not): no value or alignment specialization of the arguments, which vary from
+# round to round (a first use of a new specialization compiles in the middle of a request: ~0.3 s; 4B bench,
+# processed rounds 5.5 -> 11.7 ms before this). ProposeGraphs.capture compiles both forms (warm_up)
+_ARGS = ("first_ptr", "n_first", "drafts_ptr", "stride_d", "vals_ptr", "tables_ptr", "stride_t", "pages", "anchors_ptr",
+         "positions_ptr", "slots_ptr", "row_len_ptr", "n", "page_size", "trash_slot", "simulate_al")
+
+
+@triton.jit(do_not_specialize=_ARGS, do_not_specialize_on_alignment=_ARGS)
 def _stage_kernel(first_ptr, n_first, drafts_ptr, stride_d, vals_ptr, tables_ptr, stride_t, pages, anchors_ptr,
                   positions_ptr, slots_ptr, row_len_ptr, n, page_size, trash_slot, simulate_al,
                   GAMMA: tl.constexpr, BLOCK: tl.constexpr, SIMULATE: tl.constexpr):
@@ -61,3 +68,13 @@ def stage_kernel(first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tensor, 
                            tables.shape[1], anchors, positions, slots, row_len, n, page_size, trash_slot,
                            simulate_al or 0, GAMMA=gamma, BLOCK=max(2, triton.next_power_of_2(gamma)),
                            SIMULATE=simulate_al is not None)
+
+
+def warm_up(gamma: int, tables: torch.Tensor, out: tuple, page_size: int, trash_slot: int) -> None:
+    """Compile both forms of the kernel (greedy, simulated) before the first round: one sequence at row 0, position
+    0, no drafts verified, written into out (static buffers a propose stages before it replays)."""
+    dev = tables.device
+    first, drafts = torch.zeros(1, dtype=torch.long, device=dev), torch.zeros(1, gamma, dtype=torch.long, device=dev)
+    vals = torch.zeros(3, 1, dtype=torch.long, device=dev)
+    for al in (None, 1):
+        stage_kernel(first, drafts, vals, tables, out, 1, page_size, trash_slot, al)
