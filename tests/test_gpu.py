@@ -818,8 +818,9 @@ def test_preempted_requests_keep_their_tokens_with_graphs(speculative):
 @pytest.mark.parametrize("device_draws", [True, False])
 def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, monkeypatch):
     """Greedy speculative rounds with the next propose staged on the device and queued before the readback
-    (spec/chain.py, ProposeGraphs.run_device) draft, verify and accept exactly what the ordinary rounds do, on the
-    shipped tiny pair in bf16 with graphs; sequences of different lengths finish mid-run."""
+    (spec/chain.py, ProposeGraphs.run_chained: one staging kernel) draft, verify and accept exactly what the ordinary
+    rounds do, on the shipped tiny pair in bf16 with graphs; sequences of different lengths finish mid-run. The
+    staging kernel was compiled with the graphs: none of its rounds compiles it again."""
     keys = ("anchor_position", "draft_token_ids", "num_verified", "num_accepted", "num_committed")
     prompts = ["def parse(line):\n", "import os\nimport sys\n", "class Config:\n    def __init__(self, path):\n"]
     params = [SamplingParams(max_tokens=90 + 40 * i, ignore_eos=True) for i in range(3)]
@@ -834,8 +835,15 @@ def test_propose_queued_ahead_matches_ordinary_rounds_with_graphs(device_draws, 
         monkeypatch.setattr(coupling, "COUPLED", False)
     params[1] = SamplingParams(max_tokens=120, ignore_eos=True, temperature=0.8, top_p=0.95, seed=7)
     runs = []
+    from sparkdec.ops import triton_chain
+
+    def compiled() -> int:
+        return len(triton_chain._stage_kernel.device_caches[torch.cuda.current_device()][0])
     for ahead in (True, False):
-        outs = LLM(device="cuda", dtype="bfloat16", lookahead=ahead).generate(prompts, params, trace=True)
+        llm = LLM(device="cuda", dtype="bfloat16", lookahead=ahead)
+        before = compiled()
+        outs = llm.generate(prompts, params, trace=True)
+        assert compiled() == before >= 2
         runs.append([(o.token_ids, [{k: r[k] for k in keys} for r in o.rounds]) for o in outs])
     assert runs[0] == runs[1]
     assert sum(x["num_accepted"] for _, rounds in runs[0] for x in rounds) > 50

@@ -465,10 +465,10 @@ def check_chain_stage():
 
     g, ps, tier, trash = 7, 4, 4, 99 * 4
     drafts = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [1, 2, 3, 4, 5, 6, 7], [9, 9, 9, 9, 9, 9, 9]])
-    first = torch.tensor([5, 6, 7, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 3, 9, 9])
+    first = torch.tensor([5, 6, 7, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9])  # 2 matches past its ℓ
     vals = torch.tensor([[0, 8, 16], [7, 7, 2], [10, 20, 3]])  # anchor rows, drafts verified, anchor positions
     tables = torch.arange(40).view(4, 10) + 1  # [tier, pages]
-    expected = {None: [first[3], first[15], first[16], 0], 3: [first[2], first[10], first[18], 0]}  # accepted 3, 7, 0
+    expected = {None: [first[3], first[15], first[18], 0], 3: [first[2], first[10], first[18], 0]}  # accepted 3, 7, 2
     for al in (3, None):  # (greedy last: its rows are checked below)
         got, want = ([torch.full((tier * g,), -5) for _ in range(3)] + [torch.full((tier,), -5)] for _ in range(2))
         stage_kernel(first, drafts, vals, tables, (got[3], *got[:3]), tier, ps, trash, al)

@@ -435,7 +435,7 @@ class ProposeGraphs:
     def run_chained(self, tables: list[list[int]], first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tensor,
                     simulate_al: int | None, tier: int):
         """run() for the round after the one whose verify is queued (spec/chain.py): that round's acceptance and
-        this propose's rows are staged on the device (ops/triton_chain.stage: the values _fill would write), with
+        this propose's rows are staged on the device (ops/triton_chain.stage_kernel: the values _fill would write), with
         no host read. first [T], drafts [n, γ], vals [3, n]: see ModelRunner.propose_chained."""
         self.table_rows.write(tables, pad_to=tier)
         out = (self.anchors, self.positions, self.slots, self.row_len)

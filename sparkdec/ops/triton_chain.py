@@ -45,7 +45,7 @@ def _stage_kernel(first_ptr, n_first, drafts_ptr, stride_d, vals_ptr, tables_ptr
         pos = start + accepted + 1
         p = pos + k  # [BLOCK] the block's positions
         on = in_block & (p // page_size < pages)
-        page = tl.load(tables_ptr + i * stride_t + p // page_size, mask=on, other=0)
+        page = tl.load(tables_ptr + i.to(tl.int64) * stride_t + p // page_size, mask=on, other=trash_slot // page_size)
         tl.store(anchors_ptr + i, anchor)
         tl.store(positions_ptr + out, p, mask=in_block)
         tl.store(slots_ptr + out, page * page_size + p % page_size, mask=in_block)
@@ -63,6 +63,7 @@ def stage_kernel(first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tensor, 
     verified, anchor positions); tables [≥ tier, pages]; out: (anchors [≥ tier], positions, slots, row_len
     [≥ tier·γ]) written for rows 0..tier-1, those past n as padding."""
     n, gamma = vals.shape[1], drafts.shape[1]
+    assert drafts.shape[0] == n and drafts.stride(1) == 1 and first.is_contiguous(), "stage_kernel: drafts [n, γ] rows"
     anchors, positions, slots, row_len = out
     _stage_kernel[(tier,)](first, first.numel(), drafts, drafts.stride(0), vals.contiguous(), tables, tables.stride(0),
                            tables.shape[1], anchors, positions, slots, row_len, n, page_size, trash_slot,

@@ -74,7 +74,7 @@ def accept_reference(first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tens
 def stage_reference(first: torch.Tensor, drafts: torch.Tensor, vals: torch.Tensor, tables: torch.Tensor,
                     out: tuple, tier: int, page_size: int, trash_slot: int, simulate_al: int | None) -> None:
     """ops/triton_chain.stage_kernel in torch ops (CPU engines; the interpreter test's reference)."""
-    n, g = drafts.shape
+    n, g = vals.shape[1], drafts.shape[1]
     anchors, positions, slots, row_len = out
     next_anchors, starts = accept_reference(first, drafts, vals, simulate_al)
     pos = starts[:, None] + torch.arange(g, device=drafts.device)[None, :]  # [n, γ]
