@@ -85,7 +85,8 @@
 # run, the 4B bench at 1k/8k, the bypass at full size), then 1 and 25 again.
 # Session 48: an H200 ran 67 (7 GPU tests passed; 4B 1k 79.6% and 79.8% in two runs, 8k 69.1%; the bypass at full size:
 # 97% of plain where drafts never pay) and the tiny pair's bypass A/B; then H100s ran 68 (the chained staging kernel:
-# its 6 GPU tests passed; the tiny pair's rounds 1.29 -> 0.64 ms, scripts/ab_chain_stage.py). Next: 1 and 25 (the
+# its 6 GPU tests passed; the tiny pair's rounds 1.29 -> 0.64 ms, scripts/ab_chain_stage.py) and the 4B bench at 1k
+# (processed rounds 11.7 ms: the kernel compiled inside them; now compiled at capture). Next: 69, then 1 and 25 (the
 # suite at this code), the 4B bench on an H200.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
@@ -381,6 +382,14 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
   timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
   timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
+elif [ "$1" = 69 ]; then  # (staged in session 48) the staging kernel compiled at capture, never specialized: its GPU
+  # tests (the queued-ahead test now asserts no compile during rounds), the 4B bench at 1k/8k (processed rounds read
+  # 11.7 ms a round when the kernel compiled inside them; 5.5 before), the interleaved A/B on the tiny pair
+  timeout 250 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "chain_staging or queued_ahead" 2>&1 \
+    | grep -E "passed|failed|^E  |^FAILED"
+  timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
+    --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
+  PYTHONPATH=$PWD timeout 100 python scripts/ab_chain_stage.py $OUT/chain_stage_ab.json 2>&1 | tail -2
 elif [ "$1" = 68 ]; then  # (session 48) the chained propose's staging in one kernel: its GPU tests, then the host
   # profile of the tiny pair's rounds with it, without it (SPARKDEC_STAGE_KERNEL=0) and with PDL off (graph launches)
   [ "$2" = notests ] || timeout 280 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "chain_staging \
