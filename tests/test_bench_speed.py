@@ -53,7 +53,7 @@ def test_propose_floor_counts_what_the_propose_reads():
 def test_a_timed_plain_request_launches_one_forward_per_decoded_token(monkeypatch):
     """bench kernels' plain decode figure: a whole request (prompt's pass + 8 decode steps) with lookahead on, so the
     timed window holds 8 forwards, none queued past the request's limit."""
-    from sparkdec.bench.kernels import request_ms
+    from sparkdec.bench.kernels import request_ms, warm_request_ms
     from sparkdec.engine.llm_engine import DEFAULT_PAIR, Engine, EngineConfig
 
     eng = Engine(EngineConfig(model=str(DEFAULT_PAIR / "target"), device="cpu"))
@@ -63,6 +63,9 @@ def test_a_timed_plain_request_launches_one_forward_per_decoded_token(monkeypatc
     assert request_ms(eng, 12, 8, seed=0) > 0 and len(forwards) == 8
     assert request_ms(eng, 12, 5, seed=1, sampling=dict(temperature=0.8, top_p=0.95, seed=7)) > 0
     assert len(forwards) == 8 + 5
+    # the sampled and processed figures: a short untimed request of the same kind first (lazy compiles outside)
+    assert warm_request_ms(eng, 12, 5, 1, dict(temperature=0.8, seed=7)) > 0 and len(forwards) == 8 + 5 + 8 + 5
+    assert not eng.has_unfinished()
 
 
 def test_the_floors_follow_the_copy_bandwidth_they_are_given():
