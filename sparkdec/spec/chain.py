@@ -19,7 +19,7 @@ from sparkdec.env import flag
 from sparkdec.staging import to_device
 
 # on CUDA the acceptance and the propose's staging are one kernel (ops/triton_chain.py); SPARKDEC_STAGE_KERNEL=0 runs
-# their torch form there too (A/B: scripts/round_host_profile.py)
+# their torch form there too (A/B: scripts/ab_chain_stage.py)
 STAGE_KERNEL = flag("SPARKDEC_STAGE_KERNEL", True)
 
 
