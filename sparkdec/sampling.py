@@ -244,16 +244,17 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
     """The token of each row of logits [n, V] given its (params, seed, position of the token), as a device tensor
     [n] with no host read: greedy rows take the argmax; sampled rows, grouped by their filters, the race of
     sample_rows (each row keyed on its own seed and position, so grouping changes no row)."""
-    tokens = logits.argmax(-1)
     groups: dict[tuple, list[int]] = {}
     for r, (p, _, _) in enumerate(draws):
         if not p.greedy:
             groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(r)
+    keys = {r: _mix(draws[r][1], draws[r][2], STREAM_TARGET) for rows in groups.values() for r in rows}
+    if len(groups) == 1 and len(keys) == len(draws):  # every row samples, with one filter: no argmax, no gather
+        return _race_rows(logits.contiguous(), draws[0][0], [keys[r] for r in range(len(draws))])
+    tokens = logits.argmax(-1)
     for rows in groups.values():
-        p = draws[rows[0]][0]
-        keys = [_mix(draws[r][1], draws[r][2], STREAM_TARGET) for r in rows]
         idx = to_device(rows, logits.device)
-        tokens.index_copy_(0, idx, _race_rows(logits.index_select(0, idx), p, keys))
+        tokens.index_copy_(0, idx, _race_rows(logits.index_select(0, idx), draws[rows[0]][0], [keys[r] for r in rows]))
     return tokens
 
 
@@ -271,14 +272,19 @@ def kernel_race(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -
     """_race_rows by ops/triton_nucleus.py (any device Triton runs on: CUDA, or the CPU interpreter in tests)."""
     from sparkdec.ops.triton_nucleus import race
 
-    kth = top_k_floor(logits.float() / params.temperature, params)
+    kth = top_k_floor(logits.float() / params.temperature, params) if cuts_top_k(params, logits.shape[-1]) else None
     return race(logits, params.temperature, to_device(keys, logits.device), params.top_p, kth)
+
+
+def cuts_top_k(params: SamplingParams, vocab: int) -> bool:
+    """Does top-k drop any of a row's vocab tokens?"""
+    return bool(params.top_k) and params.top_k < vocab
 
 
 def top_k_floor(x: torch.Tensor, params: SamplingParams) -> torch.Tensor | None:
     """x [R, V] (logits / T) -> [R] float32: each row's k-th largest value (top-k keeps x >= it), or None where
     top-k keeps every token."""
-    if params.top_k and params.top_k < x.shape[-1]:
+    if cuts_top_k(params, x.shape[-1]):
         return torch.topk(x, params.top_k, dim=-1).values[:, -1].contiguous()
     return None
 

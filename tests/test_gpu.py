@@ -476,6 +476,7 @@ def test_sample_rows_gives_each_row_what_one_row_gives_on_cuda(kw):
     one = [sample_token(x[r], p, 99, 1000 + r) for r in range(8)]
     assert sample_rows(x, p, 99, 1000).tolist() == one
     draws = [(p, 99, 1000 + r) for r in range(8)]
+    assert draw_tokens(x, draws).tolist() == one  # every row sampling with one filter: one race, no gather
     draws[3] = (SamplingParams(), 0, 0)  # a greedy row among them
     assert draw_tokens(x, draws).tolist() == one[:3] + [int(x[3].argmax())] + one[4:]
 

@@ -300,6 +300,22 @@ def test_sample_rows_gives_each_row_what_one_row_gives(params):
     assert len(set(sample_rows(flat, p, 5, 0).tolist())) > 1  # the noise moves with the position
 
 
+def test_draw_tokens_gives_each_row_what_one_row_gives():
+    """sampling.draw_tokens (plain decoding's and the device draws' rows): every row sampling with one filter (one
+    race over all rows, no argmax or gather), two filters, and a greedy row among them, against one row at a time."""
+    from sparkdec.sampling import draw_tokens, sample_token
+
+    torch.manual_seed(1)
+    logits = torch.randn(5, 300) * 3
+    a, b = SamplingParams(temperature=0.8, top_p=0.9), SamplingParams(temperature=1.2, top_k=20)
+    for kinds in ([a] * 5, [a, b, a, b, b], [a, SamplingParams(), a, a, a]):
+        draws = [(k, 17 + r, 40 + r) for r, k in enumerate(kinds)]
+        want = [int(logits[r].argmax()) if k.greedy else sample_token(logits[r], k, 17 + r, 40 + r)
+                for r, k in enumerate(kinds)]
+        assert draw_tokens(logits, draws).tolist() == want
+        assert draw_tokens(logits.t().contiguous().t(), draws).tolist() == want  # a strided view: the same tokens
+
+
 def test_rejection_sampling_matches_exact_distribution(pair, exact):
     p = verdict(generate(pair, draft=True, accept_mode="rejection"), exact["t1"])
     assert min(p.values()) > ALPHA, p
