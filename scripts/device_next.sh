@@ -385,7 +385,7 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
 elif [ "$1" = 69 ]; then  # (staged in session 48) the staging kernel compiled at capture, never specialized: its GPU
   # tests (the queued-ahead test now asserts no compile during rounds), the 4B bench at 1k/8k (processed rounds read
   # 11.7 ms a round when the kernel compiled inside them; 5.5 before), the interleaved A/B on the tiny pair
-  timeout 250 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "chain_staging or queued_ahead" 2>&1 \
+  timeout 250 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "chain_staging or queued_ahead or each_row_what or sampled" 2>&1 \
     | grep -E "passed|failed|^E  |^FAILED"
   timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
