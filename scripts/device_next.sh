@@ -86,8 +86,8 @@
 # Session 48: an H200 ran 67 (7 GPU tests passed; 4B 1k 79.6% and 79.8% in two runs, 8k 69.1%; the bypass at full size:
 # 97% of plain where drafts never pay) and the tiny pair's bypass A/B; then H100s ran 68 (the chained staging kernel:
 # its 6 GPU tests passed; the tiny pair's rounds 1.29 -> 0.64 ms, scripts/ab_chain_stage.py) and the 4B bench at 1k
-# (processed rounds 11.7 ms: the kernel compiled inside them; now compiled at capture). Next: 69, then 1 and 25 (the
-# suite at this code), the 4B bench on an H200.
+# (processed rounds 11.7 ms: most likely the kernel compiling inside them; now compiled at capture). Next: 69, 70 (the
+# sampled steps' host profile), then 1 and 25 (the suite at this code), the 4B bench on an H200.
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
@@ -382,6 +382,10 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
   timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
   timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
+elif [ "$1" = 70 ]; then  # (staged in session 48) where a plain sampled step's host time goes on the tiny pair (3-5
+  # greedy steps a token), with session 48's one-race batch
+  PYTHONPATH=$PWD timeout 200 python scripts/round_host_profile.py $OUT/round_host_profile_sampled.json cuda sampled \
+    > $OUT/round_host_profile_sampled.txt 2>&1; grep -E "^plain:|^spec:|graph launches|Error" $OUT/round_host_profile_sampled.txt
 elif [ "$1" = 69 ]; then  # (staged in session 48) the staging kernel compiled at capture, never specialized: its GPU
   # tests (the queued-ahead test now asserts no compile during rounds), the 4B bench at 1k/8k (processed rounds read
   # 11.7 ms a round when the kernel compiled inside them; 5.5 before), the interleaved A/B on the tiny pair

@@ -1,8 +1,8 @@
 """Where a speculative round's host time goes on a small, host-bound model (the shipped tiny pair, CUDA): tokens/s
 and ms per round or step, the host's Python functions by own time (cProfile), and the CUDA runtime calls and torch
 ops launched per round (torch.profiler), for plain decoding and for speculation every round (bypass off), and what a
-CUDA graph's replay() call costs the host.
-Usage: python scripts/round_host_profile.py OUT.json [device]"""
+CUDA graph's replay() call costs the host. Greedy by default; `sampled` draws at T 0.8, top-p 0.95 (seeded).
+Usage: python scripts/round_host_profile.py OUT.json [device] [greedy|sampled]"""
 from __future__ import annotations
 
 import cProfile
@@ -24,6 +24,8 @@ CODE = ["def parse(line):\n", "import os\nimport sys\n\n\ndef main(argv):\n    "
 MAX_TOKENS = 256
 ENGINES = {"plain": dict(draft=None, speculative=False), "spec": dict(spec_bypass=False)}
 TOP = 40
+SAMPLINGS = {"greedy": {}, "sampled": dict(temperature=0.8, top_p=0.95, seed=7)}
+sampling: dict = {}  # the one main() runs
 
 
 def sync(device: str) -> None:
@@ -33,7 +35,7 @@ def sync(device: str) -> None:
 
 def generate(llm, device: str) -> tuple[float, int, int]:
     """One request at a time over CODE: (seconds, tokens, rounds or steps)."""
-    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, **sampling)
     sync(device)
     t, tokens, rounds = time.perf_counter(), 0, 0
     for prompt in CODE:
@@ -89,7 +91,8 @@ def launch_costs(llm, device: str) -> dict:
     return {name: {"replays": len(v), "host_us_median": 1e6 * sorted(v)[len(v) // 2]} for name, v in times.items()}
 
 
-def main(out_path: str, device: str = "cuda") -> None:
+def main(out_path: str, device: str = "cuda", kind: str = "greedy") -> None:
+    sampling.update(SAMPLINGS[kind])
     results = {}
     for name, kw in ENGINES.items():
         llm = LLM(device=device, max_num_seqs=1, **kw)
@@ -111,7 +114,8 @@ def main(out_path: str, device: str = "cuda") -> None:
     record = {"device": torch.cuda.get_device_name() if device == "cuda" else "CPU", "date": time.strftime("%Y-%m-%d"),
               "commit": provenance.commit(), "command": " ".join(["python"] + sys.argv),
               "env": {k: v for k, v in os.environ.items() if k.startswith("SPARKDEC_")},
-              "config": {"pair": "shipped tiny", "max_tokens": MAX_TOKENS, "prompts": CODE, "engines": ENGINES},
+              "config": {"pair": "shipped tiny", "max_tokens": MAX_TOKENS, "prompts": CODE, "engines": ENGINES,
+                         "sampling": sampling},
               "results": results}
     with open(out_path, "w") as f:
         json.dump(record, f, indent=1)
