@@ -41,13 +41,17 @@ def main(out_path: str, device: str = "cuda") -> None:
         for kernel in (True, False):
             chain.STAGE_KERNEL = kernel
             secs, rounds, tokens[kernel] = run(llm)
-            passes[kernel].append({"tokens_per_s": sum(map(len, tokens[kernel])) / secs, "ms_per_round": 1e3 * secs / rounds})
-    results = {("kernel" if k else "torch"): {"passes": v, "tokens_per_s": statistics.median(p["tokens_per_s"] for p in v),
-                                              "ms_per_round": statistics.median(p["ms_per_round"] for p in v)}
-               for k, v in passes.items()}
+            n = sum(map(len, tokens[kernel]))
+            passes[kernel].append({"tokens_per_s": n / secs, "ms_per_round": 1e3 * secs / rounds})
+    results = {}
+    for kernel, runs in passes.items():
+        results["kernel" if kernel else "torch"] = {
+            "passes": runs, "tokens_per_s": statistics.median(p["tokens_per_s"] for p in runs),
+            "ms_per_round": statistics.median(p["ms_per_round"] for p in runs)}
     results["same_tokens"] = tokens[True] == tokens[False]
-    print({k: (v if isinstance(v, bool) else {"tokens_per_s": round(v["tokens_per_s"]), "ms_per_round": round(v["ms_per_round"], 3)})
-           for k, v in results.items()})
+    for name in ("kernel", "torch"):
+        print(f"{name}: {results[name]['tokens_per_s']:.0f} tokens/s, {results[name]['ms_per_round']:.3f} ms a round")
+    print(f"same tokens: {results['same_tokens']}")
     record = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(),
               "command": " ".join(["python"] + sys.argv),
               "config": {"pair": "shipped tiny", "prompts": CODE, "max_tokens": MAX_TOKENS, "passes": PASSES,
