@@ -119,8 +119,8 @@ def request_ms(engine: Engine, ctx: int, tokens: int, seed: int, sampling: dict 
 
 
 def warm_request_ms(engine: Engine, ctx: int, tokens: int, seed: int, sampling: dict) -> float:
-    """request_ms after a short untimed request with the same sampling: a kernel's first use compiles it (lazily,
-    about 0.3 s a kernel) outside the timed steps."""
+    """request_ms after a short untimed request with the same sampling: a kernel's first use compiles it (lazily)
+    outside the timed steps."""
     request_ms(engine, ctx, 8, seed=seed + 100, sampling=sampling)
     return request_ms(engine, ctx, tokens, seed=seed, sampling=sampling)
 

@@ -15,7 +15,7 @@ import triton.language as tl
 
 
 # one compiled kernel per (γ, simulated or not): no value or alignment specialization of the arguments, which vary from
-# round to round (a first use of a new specialization compiles in the middle of a request, ~0.3 s: most likely why the
+# round to round (a first use of a new specialization compiles in the middle of a request: most likely why the
 # 4B bench's processed rounds read 11.7 ms against 5.5 before this). ProposeGraphs.capture compiles both forms (warm_up)
 _ARGS = ("first_ptr", "n_first", "drafts_ptr", "stride_d", "vals_ptr", "tables_ptr", "stride_t", "pages", "anchors_ptr",
          "positions_ptr", "slots_ptr", "row_len_ptr", "n", "page_size", "trash_slot", "simulate_al")
