@@ -240,17 +240,21 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_p
     return _race_rows(logits, params, keys)
 
 
-def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int]]) -> torch.Tensor:
+def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int]], graphs=None) -> torch.Tensor:
     """The token of each row of logits [n, V] given its (params, seed, position of the token), as a device tensor
     [n] with no host read: greedy rows take the argmax; sampled rows, grouped by their filters, the race of
-    sample_rows (each row keyed on its own seed and position, so grouping changes no row)."""
+    sample_rows (each row keyed on its own seed and position, so grouping changes no row). graphs: an
+    engine/sampler_graphs.SamplerGraphs, when logits is a graph's static output (the race then replays as one)."""
     groups: dict[tuple, list[int]] = {}
     for r, (p, _, _) in enumerate(draws):
         if not p.greedy:
             groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(r)
     keys = {r: _mix(draws[r][1], draws[r][2], STREAM_TARGET) for rows in groups.values() for r in rows}
     if len(groups) == 1 and len(keys) == len(draws):  # every row samples, with one filter: no argmax, no gather
-        return _race_rows(logits.contiguous(), draws[0][0], [keys[r] for r in range(len(draws))])
+        ordered = [keys[r] for r in range(len(draws))]
+        if graphs is not None and graphs.takes(logits):
+            return graphs.race(logits, draws[0][0], ordered)
+        return _race_rows(logits.contiguous(), draws[0][0], ordered)
     tokens = logits.argmax(-1)
     for rows in groups.values():
         idx = to_device(rows, logits.device)
@@ -270,10 +274,16 @@ def _race_rows(logits: torch.Tensor, params: SamplingParams, keys: list[int]) ->
 
 def kernel_race(logits: torch.Tensor, params: SamplingParams, keys: list[int]) -> torch.Tensor:
     """_race_rows by ops/triton_nucleus.py (any device Triton runs on: CUDA, or the CPU interpreter in tests)."""
+    return keyed_kernel_race(logits, params, to_device(keys, logits.device))
+
+
+def keyed_kernel_race(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor) -> torch.Tensor:
+    """kernel_race with the rows' keys already on the device (keys [R] int64): no host work but launches, so
+    engine/sampler_graphs.py captures it."""
     from sparkdec.ops.triton_nucleus import race
 
     kth = top_k_floor(logits.float() / params.temperature, params) if cuts_top_k(params, logits.shape[-1]) else None
-    return race(logits, params.temperature, to_device(keys, logits.device), params.top_p, kth)
+    return race(logits, params.temperature, keys, params.top_p, kth)
 
 
 def cuts_top_k(params: SamplingParams, vocab: int) -> bool:

@@ -23,6 +23,20 @@ def to_device(values, device) -> torch.Tensor:
         return host.to(device)
     if host.numel() > CAPACITY:
         return host.pin_memory().to(device, non_blocking=True)
+    return _through_ring(host, lambda buf: buf.to(device, non_blocking=True))
+
+
+def copy_into(dst: torch.Tensor, values: list[int]) -> None:
+    """dst[:len(values)] = values (int64 dst), asynchronously through the ring on CUDA (a graph's static input)."""
+    host = torch.tensor(values, dtype=torch.int64)
+    if dst.device.type != "cuda" or host.numel() > CAPACITY:
+        dst[:host.numel()].copy_(host.pin_memory() if dst.is_cuda else host, non_blocking=dst.is_cuda)
+        return
+    _through_ring(host, lambda buf: dst[:host.numel()].copy_(buf.view(-1), non_blocking=True))
+
+
+def _through_ring(host: torch.Tensor, copy):
+    """copy(pinned buffer holding host's values) -> its result; the buffer is reused once that copy has completed."""
     global _turn
     if not _buffers:
         with torch.inference_mode(False):  # NOTE: ordinary tensors: written in and out of inference mode
@@ -33,7 +47,7 @@ def to_device(values, device) -> torch.Tensor:
         _events[slot].synchronize()  # the copy that last used this buffer (RING copies ago): long done
     buf = _buffers[slot][:host.numel()].view(host.shape)
     buf.copy_(host)
-    out = buf.to(device, non_blocking=True)
+    out = copy(buf)
     _events[slot] = torch.cuda.Event()
     _events[slot].record()
     return out

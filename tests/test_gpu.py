@@ -481,6 +481,30 @@ def test_sample_rows_gives_each_row_what_one_row_gives_on_cuda(kw):
     assert draw_tokens(x, draws).tolist() == one[:3] + [int(x[3].argmax())] + one[4:]
 
 
+@pytest.mark.parametrize("kw", [dict(temperature=0.8, top_p=0.95), dict(temperature=1.3, top_k=50),
+                                dict(temperature=0.7, top_k=40, top_p=0.9), dict(temperature=1.0)])
+def test_sampler_graphs_replay_the_eager_race(kw):
+    """engine/sampler_graphs.py: the race captured over a static logits buffer, replayed with new logits in it and new
+    keys, gives kernel_race's tokens, for 1 and 8 rows; a step's tokens survive the next replay."""
+    from sparkdec.engine.sampler_graphs import CAPTURE_AFTER, SamplerGraphs
+    from sparkdec.sampling import kernel_race
+
+    graphs, p = SamplerGraphs(), SamplingParams(**kw)
+    x = torch.empty(8, 151936, device="cuda")
+    for rows in (1, 8):
+        before = None
+        for step in range(CAPTURE_AFTER + 3):
+            torch.manual_seed(step)
+            x.copy_(torch.randn(8, 151936, device="cuda") * 4)
+            keys = [step * 100 + r for r in range(rows)]
+            got = graphs.race(x[:rows], p, keys)
+            assert got.tolist() == kernel_race(x[:rows], p, keys).tolist()
+            if before is not None:
+                assert before[0].tolist() == before[1]
+            before = (got, got.tolist())
+    assert graphs.captures == 2
+
+
 def test_staged_copies_arrive_intact_through_the_ring():
     """sparkdec/staging.py: pinned buffers reused in turn (more copies than buffers, shapes kept, a large copy)."""
     from sparkdec import staging

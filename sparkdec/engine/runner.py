@@ -6,6 +6,7 @@ import torch
 from sparkdec.engine.context import ForwardContext, build_context
 from sparkdec.engine.graphs import pinned
 from sparkdec.engine.kv_cache import KVCache
+from sparkdec.engine.sampler_graphs import SamplerGraphs
 from sparkdec.sampling import draw_tokens
 from sparkdec.spec.chain import accept_reference
 from sparkdec.spec.coupling import race_tensors
@@ -35,10 +36,15 @@ class LogitRows:
             return LogitRows(self.logits, self.index[k])
         return self.logits[self.index[k]]
 
-    def tensor(self) -> torch.Tensor:
-        """The rows as one [R, V] tensor (a view when they are consecutive, as one sequence's verify rows are)."""
+    def consecutive(self) -> bool:
+        """Are the rows consecutive (as one sequence's verify rows are), so that tensor() is a view?"""
         a = self.index[0] if self.index else 0
-        if self.index == list(range(a, a + len(self.index))):
+        return self.index == list(range(a, a + len(self.index)))
+
+    def tensor(self) -> torch.Tensor:
+        """The rows as one [R, V] tensor (a view when they are consecutive)."""
+        if self.consecutive():
+            a = self.index[0] if self.index else 0
             return self.logits[a:a + len(self.index)]
         return self.logits[torch.tensor(self.index, device=self.logits.device)]
 
@@ -64,6 +70,7 @@ class ModelRunner:
         self.graphs = None
         self.tokens_ring_slot: int | None = None  # see decode_tokens
         self.propose_graphs = None
+        self.sampler_graphs = None  # races over the target graphs' logits (engine/sampler_graphs.py)
         self._readback: dict = {}  # pinned host buffers of the round's one read, by dtype
         target.setup_rope(max_positions, device)
         self.tap_layers: tuple[int, ...] = ()
@@ -98,6 +105,7 @@ class ModelRunner:
         try:
             self.graphs = TargetGraphs(self, max_seqs, self.max_positions, self.trash_page)
             self.graphs.capture()
+            self.sampler_graphs = SamplerGraphs()
             if self.drafter is not None:
                 self.propose_graphs = ProposeGraphs(self, max_seqs, self.max_positions, self.trash_page)
                 self.propose_graphs.capture()
@@ -105,7 +113,7 @@ class ModelRunner:
             import warnings
 
             warnings.warn(f"CUDA graph capture failed ({exc}); running eagerly")
-            self.graphs = self.propose_graphs = None
+            self.graphs = self.propose_graphs = self.sampler_graphs = None
             torch.cuda.synchronize()
 
     def forward_rows(self, ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
@@ -144,7 +152,9 @@ class ModelRunner:
             logits = self.logits(hidden[idx])
             first = logits.argmax(-1)
         if draws is not None:
-            drawn, extra = _drawn(logits.tensor() if tier is not None else logits, draws, process, kept)
+            static = tier is not None and logits.consecutive()  # (rows a view of the graph's logits)
+            drawn, extra = _drawn(logits.tensor() if tier is not None else logits, draws, process, kept,
+                                  self.sampler_graphs if static else None)
             readback = tuple(readback) + extra
             if tier is not None:  # first is indexed by packed row there
                 at = to_device(logit_rows, self.device)
@@ -199,7 +209,7 @@ class ModelRunner:
             argmax = None
         if not draws:
             return argmax[:n] if argmax is not None else logits.argmax(-1)
-        drawn, extra = _drawn(logits, draws, process, kept)
+        drawn, extra = _drawn(logits, draws, process, kept, self.sampler_graphs if tier is not None else None)
         return torch.cat([drawn, *(t.long() for t in extra)]) if extra else drawn  # (kept's ids: exact in float32)
 
     @torch.inference_mode()
@@ -267,11 +277,11 @@ class ModelRunner:
                                  coupling)
 
 
-def _drawn(rows: torch.Tensor, draws, process, kept=None) -> tuple[torch.Tensor, tuple]:
-    """Each row's drawn token [R] (sampling.draw_tokens) -> (tokens, extra): the rows process rewrites
-    (spec/processed.device_processing) drawn from their processed copies (only those rows are copied), extra their
-    states [m] if any, then kept's values if asked (ModelRunner.verify)."""
-    tokens, extra, at, x = draw_tokens(rows, draws), (), None, None
+def _drawn(rows: torch.Tensor, draws, process, kept=None, graphs=None) -> tuple[torch.Tensor, tuple]:
+    """Each row's drawn token [R] (sampling.draw_tokens; graphs: its SamplerGraphs, rows a graph's output) ->
+    (tokens, extra): the rows process rewrites (spec/processed.device_processing) drawn from their processed copies
+    (only those rows are copied), extra their states [m] if any, then kept's values if asked (ModelRunner.verify)."""
+    tokens, extra, at, x = draw_tokens(rows, draws, graphs), (), None, None
     if process is not None:
         at, x, states = process(rows)
         tokens = tokens.index_copy(0, to_device(at, rows.device), draw_tokens(x, [draws[r] for r in at]))
