@@ -382,6 +382,16 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
   timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
   timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
+elif [ "$1" = 71 ]; then  # (session 49) the sampler's race captured as graphs (engine/sampler_graphs.py): its GPU
+  # tests, the tiny pair's sampled A/B (plain sampled steps took 1.14 ms against 0.15 greedy, host-bound: 12 launches),
+  # the sampled host profile with it, the 4B bench at 1k (plain sampled 3.32 ms/token against 3.22 greedy on an H100)
+  timeout 200 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "sampler_graphs or sampled or \
+    each_row_what or staged_copies or queued_ahead" 2>&1 | grep -E "passed|failed|^E  |^FAILED"
+  PYTHONPATH=$PWD timeout 200 python scripts/ab_sampler_graphs.py $OUT/sampler_graphs_ab.json 2>&1 | tail -4
+  PYTHONPATH=$PWD timeout 100 python scripts/round_host_profile.py $OUT/round_host_profile_sampled.json cuda sampled \
+    > $OUT/round_host_profile_sampled.txt 2>&1; grep -E "^plain:|^spec:|graph launches|Error" $OUT/round_host_profile_sampled.txt
+  timeout 100 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024 --no-peer --no-sim \
+    --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
 elif [ "$1" = 70 ]; then  # (staged in session 48) where a plain sampled step's host time goes on the tiny pair (3-5
   # greedy steps a token), with session 48's one-race batch
   PYTHONPATH=$PWD timeout 200 python scripts/round_host_profile.py $OUT/round_host_profile_sampled.json cuda sampled \
