@@ -382,6 +382,15 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
   timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
   timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
+elif [ "$1" = 72 ]; then  # (session 49) the end-to-end GPU tests the sampler graphs reach (sampled, processed,
+  # guided, logprobs, lookahead, coupled drafts, bypass...), then the 8B bench at 1k (last run: session 32, row-major)
+  python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1
+  timeout 330 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --durations=5 -k "replay_equals_eager or \
+    bit_identical or sampled_equals or joins or batch_verify or lookahead or logprobs or logit_processing or \
+    top_k_check or guided or prefix_cache or preempted or coupled or kernel_sampler_cut or top_p_kept or bypass or \
+    fused_sampler" > $OUT/gpu_tests_72.txt 2>&1; grep -E "passed|failed|^E  |^FAILED|s call" $OUT/gpu_tests_72.txt | head -20
+  timeout 180 python -m sparkdec bench kernels --shapes qwen3-8b --contexts 1024 --no-peer --no-sim \
+    --out $OUT/kernels_8b.json 2>&1 | grep -E "^qwen3|copy"
 elif [ "$1" = 71 ]; then  # (session 49) the sampler's race captured as graphs (engine/sampler_graphs.py): its GPU
   # tests, the tiny pair's sampled A/B (plain sampled steps took 1.14 ms against 0.15 greedy, host-bound: 12 launches),
   # the sampled host profile with it, the 4B bench at 1k (plain sampled 3.32 ms/token against 3.22 greedy on an H100)
