@@ -382,6 +382,12 @@ elif [ "$1" = 67 ]; then  # (staged in session 47) its changes' GPU tests, the 4
   timeout 150 python -m sparkdec bench kernels --shapes qwen3-4b --contexts 1024,8192 --no-peer --no-sim \
     --out $OUT/kernels.json 2>&1 | grep -E "^qwen3|copy"
   timeout 140 python scripts/ab_bypass_full.py $OUT/bypass_full_ab.json 2>&1 | tail -6
+elif [ "$1" = 73 ]; then  # (staged in session 49) the sampler graphs' whole-tier forms (one per graph tier and
+  # filter, live rows at any offset; session 49's A/B and tests ran the per-row-count form): their GPU tests, the
+  # sampled end-to-end tests, the tiny pair's A/B again
+  timeout 250 python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -k "sampler_graphs or sampled or \
+    each_row_what or queued_ahead or logit_processing or lookahead or coupled" 2>&1 | grep -E "passed|failed|^E  |^FAILED"
+  PYTHONPATH=$PWD timeout 200 python scripts/ab_sampler_graphs.py $OUT/sampler_graphs_ab.json 2>&1 | tail -4
 elif [ "$1" = 72 ]; then  # (session 49) the end-to-end GPU tests the sampler graphs reach (sampled, processed,
   # guided, logprobs, lookahead, coupled drafts, bypass...), then the 8B bench at 1k (last run: session 32, row-major)
   python -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -1

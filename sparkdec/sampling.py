@@ -240,11 +240,12 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams, seed: int, first_p
     return _race_rows(logits, params, keys)
 
 
-def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int]], graphs=None) -> torch.Tensor:
+def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int]], race=None) -> torch.Tensor:
     """The token of each row of logits [n, V] given its (params, seed, position of the token), as a device tensor
     [n] with no host read: greedy rows take the argmax; sampled rows, grouped by their filters, the race of
-    sample_rows (each row keyed on its own seed and position, so grouping changes no row). graphs: an
-    engine/sampler_graphs.SamplerGraphs, when logits is a graph's static output (the race then replays as one)."""
+    sample_rows (each row keyed on its own seed and position, so grouping changes no row). race(logits, params,
+    keys) -> the race's tokens or None: a faster race of a batch whose rows all sample with one filter
+    (engine/sampler_graphs.py replays it as a CUDA graph over a target graph's logits)."""
     groups: dict[tuple, list[int]] = {}
     for r, (p, _, _) in enumerate(draws):
         if not p.greedy:
@@ -252,9 +253,8 @@ def draw_tokens(logits: torch.Tensor, draws: list[tuple[SamplingParams, int, int
     keys = {r: _mix(draws[r][1], draws[r][2], STREAM_TARGET) for rows in groups.values() for r in rows}
     if len(groups) == 1 and len(keys) == len(draws):  # every row samples, with one filter: no argmax, no gather
         ordered = [keys[r] for r in range(len(draws))]
-        if graphs is not None and graphs.takes(logits):
-            return graphs.race(logits, draws[0][0], ordered)
-        return _race_rows(logits.contiguous(), draws[0][0], ordered)
+        fast = race(logits, draws[0][0], ordered) if race is not None else None
+        return fast if fast is not None else _race_rows(logits.contiguous(), draws[0][0], ordered)
     tokens = logits.argmax(-1)
     for rows in groups.values():
         idx = to_device(rows, logits.device)

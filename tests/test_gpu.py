@@ -484,25 +484,53 @@ def test_sample_rows_gives_each_row_what_one_row_gives_on_cuda(kw):
 @pytest.mark.parametrize("kw", [dict(temperature=0.8, top_p=0.95), dict(temperature=1.3, top_k=50),
                                 dict(temperature=0.7, top_k=40, top_p=0.9), dict(temperature=1.0)])
 def test_sampler_graphs_replay_the_eager_race(kw):
-    """engine/sampler_graphs.py: the race captured over a static logits buffer, replayed with new logits in it and new
-    keys, gives kernel_race's tokens, for 1 and 8 rows; a step's tokens survive the next replay."""
-    from sparkdec.engine.sampler_graphs import CAPTURE_AFTER, SamplerGraphs
+    """engine/sampler_graphs.py: the race captured over a static logits buffer [8, V], replayed with new logits in it,
+    other live rows (views at offsets) and new keys, gives kernel_race's tokens; a step's tokens survive the next
+    replay; two forms replayed in turn (one pool) keep theirs."""
+    from sparkdec.engine.sampler_graphs import SamplerGraphs
     from sparkdec.sampling import kernel_race
 
-    graphs, p = SamplerGraphs(), SamplingParams(**kw)
-    x = torch.empty(8, 151936, device="cuda")
-    for rows in (1, 8):
-        before = None
-        for step in range(CAPTURE_AFTER + 3):
-            torch.manual_seed(step)
-            x.copy_(torch.randn(8, 151936, device="cuda") * 4)
-            keys = [step * 100 + r for r in range(rows)]
-            got = graphs.race(x[:rows], p, keys)
-            assert got.tolist() == kernel_race(x[:rows], p, keys).tolist()
+    graphs, p, q = SamplerGraphs(), SamplingParams(**kw), SamplingParams(temperature=0.9, top_p=0.8)
+    whole = torch.empty(8, 151936, device="cuda")
+    before = None
+    for step, (lo, n) in enumerate([(0, 1), (0, 8), (0, 1), (3, 4), (7, 1), (0, 8), (2, 5)]):
+        torch.manual_seed(step)
+        whole.copy_(torch.randn(8, 151936, device="cuda") * 4)
+        for params in (p, q):  # (A, B, A, B: both forms in the one pool)
+            keys = [step * 100 + r for r in range(n)]
+            got = graphs.race(whole[lo:lo + n], params, keys, whole)
+            want = kernel_race(whole[lo:lo + n], params, keys).tolist()
+            assert (got is None) == (step == 0) and (got is None or got.tolist() == want)
             if before is not None:
                 assert before[0].tolist() == before[1]
-            before = (got, got.tolist())
+            before = (got, want) if got is not None else None
     assert graphs.captures == 2
+
+
+def test_sampler_graphs_keep_their_counters_and_evict():
+    """A graph keeps the arrival counters it was captured with when a larger eager race replaces them (over 64 rows),
+    and past MAX_GRAPHS the oldest form goes and is captured again on its next uses."""
+    from sparkdec.engine import sampler_graphs
+    from sparkdec.sampling import kernel_race
+
+    graphs, p = sampler_graphs.SamplerGraphs(), SamplingParams(temperature=0.8, top_p=0.95)
+    whole, big = torch.randn(8, 151936, device="cuda") * 4, torch.randn(100, 151936, device="cuda") * 4
+    keys = list(range(8))
+    for _ in range(2):
+        graphs.race(whole, p, keys, whole)
+    kernel_race(big, p, list(range(100)))  # (ops/triton_nucleus.arrivals_for: a new, larger buffer)
+    assert graphs.race(whole, p, keys, whole).tolist() == kernel_race(whole, p, keys).tolist()
+    old, sampler_graphs.MAX_GRAPHS = sampler_graphs.MAX_GRAPHS, 1
+    try:
+        other = SamplingParams(temperature=0.5)
+        for _ in range(2):
+            graphs.race(whole, other, keys, whole)
+        assert len(graphs.graphs) == 1 and graphs.captures == 2
+        for _ in range(2):
+            got = graphs.race(whole, p, keys, whole)
+        assert graphs.captures == 3 and got.tolist() == kernel_race(whole, p, keys).tolist()
+    finally:
+        sampler_graphs.MAX_GRAPHS = old
 
 
 def test_staged_copies_arrive_intact_through_the_ring():

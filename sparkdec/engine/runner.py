@@ -1,6 +1,8 @@
 """ModelRunner: owns the models and their KV caches, packs rows into one forward, runs target and drafter."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sparkdec.engine.context import ForwardContext, build_context
@@ -154,7 +156,7 @@ class ModelRunner:
         if draws is not None:
             static = tier is not None and logits.consecutive()  # (rows a view of the graph's logits)
             drawn, extra = _drawn(logits.tensor() if tier is not None else logits, draws, process, kept,
-                                  self.sampler_graphs if static else None)
+                                  self._graph_race(logits_all) if static else None)
             readback = tuple(readback) + extra
             if tier is not None:  # first is indexed by packed row there
                 at = to_device(logit_rows, self.device)
@@ -200,17 +202,21 @@ class ModelRunner:
         tier = self.graphs.tier_for(n, n) if self.graphs is not None else None
         self.tokens_ring_slot = None  # the host ring slot the graph wrote these tokens to (graphs.RING_READBACK)
         if tier is not None:
-            logits, argmax = self.graphs.run(pieces, tier, fill, advance=not draws)  # (greedy: rows moved on)
+            whole, argmax = self.graphs.run(pieces, tier, fill, advance=not draws)  # (greedy: rows moved on)
             self.tokens_ring_slot = self.graphs.ring_slot
-            logits = logits[:n]
+            logits = whole[:n]
         else:
             hidden, _ = self.target_forward(pieces, fill)
             logits = self.logits(hidden)
             argmax = None
         if not draws:
             return argmax[:n] if argmax is not None else logits.argmax(-1)
-        drawn, extra = _drawn(logits, draws, process, kept, self.sampler_graphs if tier is not None else None)
+        drawn, extra = _drawn(logits, draws, process, kept, self._graph_race(whole) if tier is not None else None)
         return torch.cat([drawn, *(t.long() for t in extra)]) if extra else drawn  # (kept's ids: exact in float32)
+
+    def _graph_race(self, whole: torch.Tensor):
+        """draw_tokens' race over rows of whole [tier, V], a target graph's static logits: the sampler graphs'."""
+        return functools.partial(self.sampler_graphs.race, whole=whole) if self.sampler_graphs is not None else None
 
     @torch.inference_mode()
     def target_forward(self, pieces: list[tuple[list[int], list[int], list[int]]], fill=None,
@@ -277,11 +283,11 @@ class ModelRunner:
                                  coupling)
 
 
-def _drawn(rows: torch.Tensor, draws, process, kept=None, graphs=None) -> tuple[torch.Tensor, tuple]:
-    """Each row's drawn token [R] (sampling.draw_tokens; graphs: its SamplerGraphs, rows a graph's output) ->
+def _drawn(rows: torch.Tensor, draws, process, kept=None, race=None) -> tuple[torch.Tensor, tuple]:
+    """Each row's drawn token [R] (sampling.draw_tokens, with its race) ->
     (tokens, extra): the rows process rewrites (spec/processed.device_processing) drawn from their processed copies
     (only those rows are copied), extra their states [m] if any, then kept's values if asked (ModelRunner.verify)."""
-    tokens, extra, at, x = draw_tokens(rows, draws, graphs), (), None, None
+    tokens, extra, at, x = draw_tokens(rows, draws, race), (), None, None
     if process is not None:
         at, x, states = process(rows)
         tokens = tokens.index_copy(0, to_device(at, rows.device), draw_tokens(x, [draws[r] for r in at]))

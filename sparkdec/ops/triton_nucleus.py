@@ -217,8 +217,9 @@ def _race_kernel(x_ptr, stride_x, kth_ptr, p_ptr, cut_ptr, key_ptr, pmax_ptr, pi
 _ARRIVALS: dict[torch.device, torch.Tensor] = {}
 
 
-def _arrivals(device: torch.device, rows: int) -> torch.Tensor:
-    """Per-row arrival counters (each search pass leaves them at 0)."""
+def arrivals_for(device: torch.device, rows: int) -> torch.Tensor:
+    """Per-row arrival counters (each search pass leaves them at 0). A larger row count replaces the buffer: a CUDA
+    graph captured over it must hold the one it was captured with (engine/sampler_graphs.py)."""
     if device not in _ARRIVALS or _ARRIVALS[device].numel() < rows:
         _ARRIVALS[device] = torch.zeros(max(rows, 64), dtype=torch.int32, device=device)
     return _ARRIVALS[device]
@@ -238,7 +239,7 @@ def nucleus(x: torch.Tensor, temperature: float, top_p: float, kth: torch.Tensor
     st = torch.empty(r, 2, dtype=torch.int32, device=dev)
     sf = torch.empty(r, dtype=torch.float32, device=dev)
     cut = torch.empty(r, 2, dtype=torch.int32, device=dev)
-    arrivals = _arrivals(dev, r)
+    arrivals = arrivals_for(dev, r)
     k = kth if kth is not None else ms
     t, tp = float(temperature), float(top_p)
     _stats_kernel[(c, r)](x, x.stride(0), k, ms, v, c, t, HAS_KTH=kth is not None, BLOCK=BLOCK,
