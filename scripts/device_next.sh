@@ -88,6 +88,10 @@
 # its 6 GPU tests passed; the tiny pair's rounds 1.29 -> 0.64 ms, scripts/ab_chain_stage.py) and the 4B bench at 1k
 # (processed rounds 11.7 ms: most likely the kernel compiling inside them; now compiled at capture). Next: 69, 70 (the
 # sampled steps' host profile), then 1 and 25 (the suite at this code), the 4B bench on an H200.
+# Session 49: H100s ran 69 (7 passed; processed rounds back to 4.7 ms), 70 and 71 (the sampler graphs' first form: 11
+# passed; tiny pair sampled plain 1471 -> 3857 tokens/s); an H200 ran 72 (19 passed; 8B 1k 91.1%), the 4B bench (1k
+# 80.6% and 80.9% in two runs, 8k 70.0%) and the other 37 GPU tests (all passed). Next: 73 (the sampler graphs' shipped
+# whole-tier form: its GPU tests and A/B have not run).
 # usage (device tool): bash scripts/device_next.sh N
 # 61. (session 43) the GPU tests of processed rows on the device and thinking blocks (logit processing, guided with a
 #     thinking block, lookahead, sampled), then scripts/ab_processing.py (DEVICE_PROCESSING off/on, twice each)
