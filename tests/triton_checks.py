@@ -404,6 +404,22 @@ def check_nucleus():
         assert got == want, (top_p, got, want)
     assert masked >= 4  # the masks decided some draws
 
+def check_whole_race():
+    """engine/sampler_graphs.py races all rows of a graph's logits, the rows past the live ones on key 0: each live
+    row's token is the one the race of the live rows alone gives (top-p and top-k), also beside a NaN row."""
+    from sparkdec.sampling import STREAM_TARGET, SamplingParams, _mix, keyed_kernel_race
+
+    whole = torch.randn(6, 3000) * 3
+    whole[5] = float("nan")  # (a padding row's logits are whatever its trash rows computed)
+    for params in (SamplingParams(temperature=0.8, top_p=0.9), SamplingParams(temperature=1.1, top_k=40, top_p=0.7)):
+        for lo, n in ((0, 1), (1, 3), (4, 1)):
+            live = [_mix(5, 100 + lo + i, STREAM_TARGET) for i in range(n)]
+            padded = [0] * lo + live + [0] * (whole.shape[0] - lo - n)
+            alone = keyed_kernel_race(whole[lo:lo + n], params, torch.tensor(live))
+            among = keyed_kernel_race(whole, params, torch.tensor(padded))
+            assert torch.equal(among[lo:lo + n], alone), (params, lo, n)
+
+
 def check_argmax():
     """The two-launch row argmax equals torch.argmax, ties (bf16-rounded logits) going to the lowest index."""
     from sparkdec.ops import triton_argmax
@@ -495,6 +511,7 @@ if __name__ == "__main__":
     check_top_p_drop()
     check_norm_of_slices()
     check_nucleus()
+    check_whole_race()
     check_argmax()
     check_argmax_advance()
     check_chain_stage()
