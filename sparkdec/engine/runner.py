@@ -284,9 +284,9 @@ class ModelRunner:
 
 
 def _drawn(rows: torch.Tensor, draws, process, kept=None, race=None) -> tuple[torch.Tensor, tuple]:
-    """Each row's drawn token [R] (sampling.draw_tokens, with its race) ->
-    (tokens, extra): the rows process rewrites (spec/processed.device_processing) drawn from their processed copies
-    (only those rows are copied), extra their states [m] if any, then kept's values if asked (ModelRunner.verify)."""
+    """Each row's drawn token [R] (sampling.draw_tokens, with its race) -> (tokens, extra): the rows process rewrites
+    (spec/processed.device_processing) drawn from their processed copies (only those rows are copied), extra their
+    states [m] if any, then kept's values if asked (ModelRunner.verify)."""
     tokens, extra, at, x = draw_tokens(rows, draws, race), (), None, None
     if process is not None:
         at, x, states = process(rows)
